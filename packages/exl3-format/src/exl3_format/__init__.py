@@ -1,0 +1,1 @@
+"""EXL3 checkpoint format (pure Python)."""

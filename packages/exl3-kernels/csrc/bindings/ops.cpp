@@ -1,0 +1,237 @@
+// torch.library registration of the exl3_kernels ops (TORCH_LIBRARY, no pybind; loaded with
+// torch.ops.load_library). This is the only translation unit that touches torch::Tensor: it validates
+// arguments (messages print the offending values), fills the plain launch structs of exl3/params.h and
+// launches on the current CUDA stream. Fake (meta) implementations are registered in Python
+// (exl3_kernels/_ops.py), next to the typed wrappers.
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+#include <ATen/ATen.h>
+
+#include "exl3/params.h"
+
+namespace {
+
+using at::Tensor;
+
+void check_cuda(cudaError_t e, const char* what) {
+  TORCH_CHECK(e == cudaSuccess, "exl3_kernels: ", what, " failed: ", cudaGetErrorString(e));
+}
+
+int k2_of(const Tensor& trellis, int64_t i) {
+  TORCH_CHECK(trellis.dim() == 3, "exl3_kernels: trellis[", i, "] must be 3-D [k/16, n/16, 16K], got ", trellis.sizes());
+  const int64_t last = trellis.size(2);
+  TORCH_CHECK(last % 8 == 0 && last >= 16 && last <= 128,
+              "exl3_kernels: trellis[", i, "] last dim ", last, " is not 16K for K in 1..8 or 1.5/2.5/3.5");
+  const int K2 = static_cast<int>(last / 8);
+  TORCH_CHECK(K2 % 2 == 0 || K2 == 3 || K2 == 5 || K2 == 7, "exl3_kernels: trellis[", i, "] last dim ", last,
+              " gives K = ", K2 / 2.0, " (half rates are 1.5, 2.5, 3.5 only)");
+  TORCH_CHECK((exl3::kK2Mask >> K2) & 1u, "exl3_kernels: K = ", K2 / 2.0,
+              " is not built into this library (reduced instantiation set; rebuild with CUDA_EXL3_INSTANTIATIONS=full)");
+  return K2;
+}
+
+// Fill shard descriptors from the per-shard tensors; returns n_total.
+int fill_shards(exl3::GemmShard* sh, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh,
+                int64_t k, int64_t codebook, const Tensor& ref) {
+  const int64_t S = static_cast<int64_t>(trellis.size());
+  TORCH_CHECK(S >= 1 && S <= exl3::kMaxShards, "exl3_kernels: 1..", exl3::kMaxShards, " shards supported, got ", S);
+  TORCH_CHECK(static_cast<int64_t>(svh.size()) == S, "exl3_kernels: ", S, " trellis tensors but ", svh.size(), " svh tensors");
+  TORCH_CHECK(codebook >= 0 && codebook <= 2, "exl3_kernels: codebook id must be 0 (3inst), 1 (mcg) or 2 (mul1), got ", codebook);
+  int col = 0;
+  for (int64_t i = 0; i < S; ++i) {
+    const Tensor& t = trellis[i];
+    const int K2 = k2_of(t, i);
+    TORCH_CHECK(K2 % 2 == 0 || codebook == 2, "exl3_kernels: half-rate K = ", K2 / 2.0, " requires the mul1 codebook (shard ", i, ")");
+    TORCH_CHECK(t.scalar_type() == at::kShort && t.is_contiguous() && t.device() == ref.device(),
+                "exl3_kernels: trellis[", i, "] must be a contiguous int16 tensor on ", ref.device(), ", got ", t.scalar_type(), " on ", t.device());
+    TORCH_CHECK(t.size(0) * 16 == k, "exl3_kernels: trellis[", i, "] has k = ", t.size(0) * 16, ", expected ", k);
+    const int64_t n = t.size(1) * 16;
+    TORCH_CHECK(n % 128 == 0, "exl3_kernels: shard ", i, " has n = ", n, ", not a multiple of 128 (Hadamard blocks)");
+    const Tensor& v = svh[i];
+    TORCH_CHECK(v.scalar_type() == at::kHalf && v.is_contiguous() && v.dim() == 1 && v.size(0) == n && v.device() == ref.device(),
+                "exl3_kernels: svh[", i, "] must be contiguous fp16 [", n, "] on ", ref.device(), ", got ", v.scalar_type(), " ", v.sizes());
+    sh[i].trellis = reinterpret_cast<const uint32_t*>(t.data_ptr());
+    sh[i].svh = reinterpret_cast<const uint16_t*>(v.data_ptr());
+    sh[i].xh = nullptr;
+    sh[i].n = static_cast<int>(n);
+    sh[i].col_offset = col;
+    sh[i].K2 = K2;
+    col += static_cast<int>(n);
+  }
+  return col;
+}
+
+Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh) {
+  TORCH_CHECK(x.is_cuda() && x.dim() == 2, "exl3_kernels.input_transform: x must be a 2-D CUDA tensor, got ", x.sizes(), " on ", x.device());
+  TORCH_CHECK(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16,
+              "exl3_kernels.input_transform: x must be fp16 or bf16, got ", x.scalar_type());
+  TORCH_CHECK(x.stride(1) == 1 && x.stride(0) % 4 == 0, "exl3_kernels.input_transform: x needs unit column stride and a row stride multiple of 4, got strides ", x.strides());
+  const int64_t m = x.size(0), k = x.size(1);
+  TORCH_CHECK(k % 128 == 0, "exl3_kernels.input_transform: k = ", k, " is not a multiple of 128");
+  const int64_t S = static_cast<int64_t>(suh.size());
+  TORCH_CHECK(S >= 1 && S <= exl3::kMaxShards, "exl3_kernels.input_transform: 1..", exl3::kMaxShards, " suh tensors, got ", S);
+  c10::cuda::CUDAGuard guard(x.device());
+  exl3::InputTransformParams p{};
+  p.x = x.data_ptr();
+  p.x_bf16 = x.scalar_type() == at::kBFloat16;
+  p.x_stride = x.stride(0);
+  p.m = static_cast<int>(m);
+  p.k = static_cast<int>(k);
+  p.num_shards = static_cast<int>(S);
+  for (int64_t i = 0; i < S; ++i) {
+    const Tensor& s = suh[i];
+    TORCH_CHECK(s.scalar_type() == at::kHalf && s.is_contiguous() && s.dim() == 1 && s.size(0) == k && s.device() == x.device(),
+                "exl3_kernels.input_transform: suh[", i, "] must be contiguous fp16 [", k, "] on ", x.device(), ", got ", s.scalar_type(), " ", s.sizes());
+    p.suh[i] = reinterpret_cast<const uint16_t*>(s.data_ptr());
+  }
+  Tensor xh = at::empty({S, m, k}, x.options().dtype(at::kHalf));
+  p.xh = reinterpret_cast<uint16_t*>(xh.data_ptr());
+  if (m > 0) check_cuda(exl3::launch_input_transform(p, c10::cuda::getCurrentCUDAStream(x.device().index()).stream()), "input_transform launch");
+  return xh;
+}
+
+Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh,
+            const std::optional<Tensor>& bias, int64_t codebook, int64_t bm, int64_t split, const Tensor& acc,
+            at::ScalarType out_dtype) {
+  TORCH_CHECK(xh.is_cuda() && xh.dim() == 3 && xh.scalar_type() == at::kHalf && xh.is_contiguous(),
+              "exl3_kernels.gemm: xh must be contiguous fp16 [shards, m, k] on CUDA, got ", xh.scalar_type(), " ", xh.sizes());
+  TORCH_CHECK(out_dtype == at::kHalf || out_dtype == at::kBFloat16, "exl3_kernels.gemm: out_dtype must be fp16 or bf16, got ", out_dtype);
+  TORCH_CHECK(exl3::gemm_instance_built(static_cast<int>(codebook), static_cast<int>(bm)),
+              "exl3_kernels.gemm: no kernel instance for codebook ", codebook, " and BM ", bm, " in this build");
+  const int64_t S = xh.size(0), m = xh.size(1), k = xh.size(2);
+  TORCH_CHECK(static_cast<int64_t>(trellis.size()) == S, "exl3_kernels.gemm: xh has ", S, " shards, trellis list has ", trellis.size());
+  c10::cuda::CUDAGuard guard(xh.device());
+  exl3::GemmParams p{};
+  const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, xh);
+  for (int64_t i = 0; i < S; ++i) p.shard[i].xh = reinterpret_cast<const uint16_t*>(xh.data_ptr()) + i * m * k;
+  p.num_shards = static_cast<int>(S);
+  p.m = static_cast<int>(m);
+  p.k = static_cast<int>(k);
+  p.n_total = n_total;
+  if (bias.has_value()) {
+    const Tensor& b = *bias;
+    TORCH_CHECK(b.scalar_type() == at::kFloat && b.is_contiguous() && b.dim() == 1 && b.size(0) == n_total && b.device() == xh.device(),
+                "exl3_kernels.gemm: bias must be contiguous fp32 [", n_total, "] on ", xh.device(), ", got ", b.scalar_type(), " ", b.sizes());
+    p.bias = b.data_ptr<float>();
+  }
+  const int64_t k16 = k / 16;
+  TORCH_CHECK(split >= 1 && split <= k16 / 4, "exl3_kernels.gemm: split = ", split, " must be in 1..", k16 / 4, " for k = ", k);
+  int64_t per = (k16 + split - 1) / split;
+  per = (per + 3) / 4 * 4;  // whole pipeline stages (64 rows)
+  p.split = static_cast<int>(split);
+  p.k16_per_split = static_cast<int>(per);
+  if (split > 1) {
+    TORCH_CHECK(acc.scalar_type() == at::kFloat && acc.is_contiguous() && acc.device() == xh.device() && acc.numel() >= m * n_total,
+                "exl3_kernels.gemm: split-k needs a zeroed fp32 accumulator of at least ", m * n_total, " elements on ", xh.device(),
+                ", got ", acc.scalar_type(), " with ", acc.numel());
+    p.acc = acc.data_ptr<float>();
+  }
+  Tensor y = at::empty({m, n_total}, xh.options().dtype(out_dtype));
+  p.y = y.data_ptr();
+  p.y_bf16 = out_dtype == at::kBFloat16;
+  if (m > 0)
+    check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), static_cast<int>(bm), c10::cuda::getCurrentCUDAStream(xh.device().index()).stream()),
+               "gemm launch");
+  return y;
+}
+
+// Shared by reconstruct (allocating) and reconstruct_out (into a caller-owned workspace).
+void reconstruct_into(Tensor& w, const std::vector<Tensor>& trellis, const std::vector<Tensor>& suh,
+                      const std::vector<Tensor>& svh, int64_t codebook, int64_t col_begin, int64_t col_end, bool transform) {
+  TORCH_CHECK(!trellis.empty(), "exl3_kernels.reconstruct: no trellis tensors");
+  const Tensor& ref = trellis[0];
+  TORCH_CHECK(ref.is_cuda(), "exl3_kernels.reconstruct: tensors must be on CUDA, got ", ref.device());
+  const at::ScalarType dtype = w.scalar_type();
+  TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "exl3_kernels.reconstruct: dtype must be fp16 or bf16, got ", dtype);
+  const int64_t k = ref.size(0) * 16;
+  c10::cuda::CUDAGuard guard(ref.device());
+  exl3::ReconstructParams p{};
+  const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, ref);
+  if (col_end < 0) col_end = n_total;
+  TORCH_CHECK(col_begin >= 0 && col_begin <= col_end && col_end <= n_total && col_begin % 128 == 0 && col_end % 128 == 0,
+              "exl3_kernels.reconstruct: column range [", col_begin, ", ", col_end, ") must be 128-aligned inside [0, ", n_total, "]");
+  TORCH_CHECK(w.is_contiguous() && w.dim() == 2 && w.size(0) == k && w.size(1) == col_end - col_begin && w.device() == ref.device(),
+              "exl3_kernels.reconstruct: out must be contiguous [", k, ", ", col_end - col_begin, "] on ", ref.device(), ", got ", w.sizes());
+  TORCH_CHECK(static_cast<int64_t>(suh.size()) == static_cast<int64_t>(trellis.size()), "exl3_kernels.reconstruct: ", trellis.size(),
+              " trellis tensors but ", suh.size(), " suh tensors");
+  for (size_t i = 0; i < suh.size(); ++i) {
+    const Tensor& s = suh[i];
+    TORCH_CHECK(s.scalar_type() == at::kHalf && s.is_contiguous() && s.dim() == 1 && s.size(0) == k && s.device() == ref.device(),
+                "exl3_kernels.reconstruct: suh[", i, "] must be contiguous fp16 [", k, "], got ", s.scalar_type(), " ", s.sizes());
+    p.suh[i] = reinterpret_cast<const uint16_t*>(s.data_ptr());
+  }
+  p.num_shards = static_cast<int>(trellis.size());
+  p.k = static_cast<int>(k);
+  p.col_begin = static_cast<int>(col_begin);
+  p.col_end = static_cast<int>(col_end);
+  p.transform = transform ? 1 : 0;
+  p.w = w.data_ptr();
+  p.w_bf16 = dtype == at::kBFloat16;
+  check_cuda(exl3::launch_reconstruct(p, static_cast<int>(codebook), c10::cuda::getCurrentCUDAStream(ref.device().index()).stream()),
+             "reconstruct launch");
+}
+
+Tensor reconstruct(const std::vector<Tensor>& trellis, const std::vector<Tensor>& suh, const std::vector<Tensor>& svh,
+                   int64_t codebook, int64_t col_begin, int64_t col_end, at::ScalarType dtype, bool transform) {
+  TORCH_CHECK(!trellis.empty() && trellis[0].dim() == 3, "exl3_kernels.reconstruct: no (3-D) trellis tensors");
+  int64_t n_total = 0;
+  for (const auto& t : trellis) n_total += t.dim() == 3 ? t.size(1) * 16 : 0;
+  const int64_t end = col_end < 0 ? n_total : col_end;
+  TORCH_CHECK(end >= col_begin, "exl3_kernels.reconstruct: empty or inverted column range [", col_begin, ", ", end, ")");
+  Tensor w = at::empty({trellis[0].size(0) * 16, end - col_begin}, trellis[0].options().dtype(dtype));
+  reconstruct_into(w, trellis, suh, svh, codebook, col_begin, end, transform);
+  return w;
+}
+
+void reconstruct_out(Tensor& out, const std::vector<Tensor>& trellis, const std::vector<Tensor>& suh,
+                     const std::vector<Tensor>& svh, int64_t codebook, int64_t col_begin, int64_t col_end, bool transform) {
+  reconstruct_into(out, trellis, suh, svh, codebook, col_begin, col_end, transform);
+}
+
+void decode_lut(Tensor& out, int64_t codebook) {
+  TORCH_CHECK(out.is_cuda() && out.scalar_type() == at::kHalf && out.is_contiguous() && out.numel() == 65536,
+              "exl3_kernels.decode_lut: out must be contiguous fp16 [65536] on CUDA, got ", out.scalar_type(), " ", out.sizes());
+  TORCH_CHECK(codebook >= 0 && codebook <= 2, "exl3_kernels.decode_lut: codebook id must be 0..2, got ", codebook);
+  c10::cuda::CUDAGuard guard(out.device());
+  check_cuda(exl3::launch_decode_lut(reinterpret_cast<uint16_t*>(out.data_ptr()), static_cast<int>(codebook),
+                                     c10::cuda::getCurrentCUDAStream(out.device().index()).stream()),
+             "decode_lut launch");
+}
+
+int64_t compiled_k2_mask() { return static_cast<int64_t>(exl3::kK2Mask); }
+
+std::vector<int64_t> built_instances() {
+  std::vector<int64_t> r;
+  for (int cb = 0; cb < 3; ++cb)
+    for (int bm : {16, 32, 64, 128, 256})
+      if (exl3::gemm_instance_built(cb, bm)) r.push_back(cb * 1000 + bm);
+  return r;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(exl3_kernels, m) {
+  m.def("input_transform(Tensor x, Tensor[] suh) -> Tensor");
+  // `acc` is the process-wide split-k accumulator. The op adds partial sums into it and its epilogue
+  // kernel sets every touched element back to zero, so it leaves `acc` exactly as it found it (all
+  // zero). It is declared immutable on purpose: marking it Tensor(a!) would make functionalization
+  // clone and copy it back around every call under torch.compile.
+  m.def("gemm(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int bm, int split, Tensor acc, "
+        "ScalarType out_dtype) -> Tensor");
+  m.def("reconstruct(Tensor[] trellis, Tensor[] suh, Tensor[] svh, int codebook, int col_begin, int col_end, "
+        "ScalarType dtype, bool transform) -> Tensor");
+  m.def("reconstruct_out(Tensor(a!) out, Tensor[] trellis, Tensor[] suh, Tensor[] svh, int codebook, int col_begin, "
+        "int col_end, bool transform) -> ()");
+  m.def("decode_lut(Tensor(a!) out, int codebook) -> ()");
+  m.def("compiled_k2_mask() -> int", &compiled_k2_mask);
+  m.def("built_instances() -> int[]", &built_instances);
+}
+
+TORCH_LIBRARY_IMPL(exl3_kernels, CUDA, m) {
+  m.impl("input_transform", &input_transform);
+  m.impl("gemm", &gemm);
+  m.impl("reconstruct", &reconstruct);
+  m.impl("reconstruct_out", &reconstruct_out);
+  m.impl("decode_lut", &decode_lut);
+}

@@ -1,0 +1,262 @@
+// The batched EXL3 GEMM: y[m, n] = had_n( xh[m, k] @ Ŵ[k, n] ) * svh + bias, Ŵ decoded from the trellis
+// on the fly. xh = had_k(x * suh) comes from the input-transform kernel (one per shard).
+//
+// Tiling. A block owns BM rows x 128 output columns (one Hadamard block, 8 trellis tiles wide) and a
+// k slice (the whole k unless split-k). 8 warps; warp w owns trellis tile column w (16 output columns)
+// for ALL BM rows, so every trellis tile is decoded exactly once per block and the decoded values go
+// straight from the decoder into mma B fragments (trellis.cuh): Ŵ never touches shared memory. The
+// block reads its trellis slice once per BM rows; exllamav3's exl3_gemm re-reads it every 16 rows.
+//
+// Pipeline. kStages stages of kBK = 64 k rows, filled with cp.async:
+//   A stage: BM x 64 fp16 of xh, rows of 128 bytes = 8 chunks of 16 bytes. Chunk c of row r is stored
+//            at chunk c ^ (r & 7): the 8 row addresses of every ldmatrix 8x8 matrix then fall on 8
+//            different 16-byte bank groups (rows are 128 bytes = exactly 32 banks apart), so ldmatrix is
+//            conflict-free; the cp.async writes cover whole 512-byte row groups and are conflict-free too.
+//            Rows >= m are zero-filled by cp.async (src-size 0) and not fetched.
+//   B stage: 4 trellis tile rows x 8 tiles, copied verbatim (each tile row of 8 tiles is contiguous in
+//            global memory: trellis[tk][tn0..tn0+7][:]). A lane reads 3 consecutive words of its tile;
+//            lanes read nearly consecutive words, so these loads are at most 2-way conflicted (K = 8).
+//
+// Epilogue (split == 1). Accumulators go to shared memory as fp32 [BM][128 + 8]; the pad of 8 floats
+// makes rows 8 banks apart, so the float2 stores of the C fragment (4 rows x 8 columns per half warp)
+// hit 32 distinct banks. Each warp then takes whole rows: lane l holds columns 4l..4l+3 (float4 loads,
+// conflict-free), runs the 128-point FWHT in registers + shuffles (hadamard.cuh), multiplies by
+// svh / sqrt(128), adds the bias, rounds once to the output dtype and writes 8 bytes (coalesced rows).
+// Split-k (split > 1). The same rows are reduced with 16-byte red.global.add.f32 into the fp32
+// accumulator; the epilogue kernel (splitk_epilogue) applies the transform and re-zeroes it.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "exl3/codebook.cuh"
+#include "exl3/hadamard.cuh"
+#include "exl3/mma.cuh"
+#include "exl3/params.h"
+#include "exl3/trellis.cuh"
+
+namespace exl3 {
+
+constexpr int kBK = 64;        // k rows per pipeline stage (4 trellis tile rows)
+constexpr int kStages = 4;     // cp.async pipeline depth
+constexpr int kThreads = 256;  // 8 warps = 8 trellis tile columns = 128 output columns
+constexpr int kEpiStride = 128 + 8;  // floats per row of the epilogue staging buffer
+
+__host__ __device__ constexpr int a_stage_bytes(int bm) { return bm * kBK * 2; }
+__host__ __device__ constexpr int b_stage_bytes(int K2) { return (kBK / 16) * 8 * (4 * K2) * 4; }
+__host__ __device__ constexpr int pipeline_smem_bytes(int bm, int K2) {
+  return kStages * (a_stage_bytes(bm) + b_stage_bytes(K2));
+}
+__host__ __device__ constexpr int epilogue_smem_bytes(int bm) { return bm * kEpiStride * 4; }
+__host__ __device__ constexpr int gemm_smem_bytes_for(int bm, int K2) {
+  return pipeline_smem_bytes(bm, K2) > epilogue_smem_bytes(bm) ? pipeline_smem_bytes(bm, K2)
+                                                                : epilogue_smem_bytes(bm);
+}
+
+// Output Hadamard + svh + bias for the 4 columns [col, col + 4) of one row, then store.
+__device__ __forceinline__ void finish_row4(float v[4], int lane, const GemmShard& sh, int col,
+                                            const float* __restrict__ bias, void* y, int64_t y_off,
+                                            int y_bf16) {
+  fwht128_lane4(v, lane);
+  const int sc = col - sh.col_offset;
+  const uint2 sv = *reinterpret_cast<const uint2*>(sh.svh + sc);
+  const float2 s01 = __half22float2(*reinterpret_cast<const __half2*>(&sv.x));
+  const float2 s23 = __half22float2(*reinterpret_cast<const __half2*>(&sv.y));
+  float o0 = v[0] * kRsqrt128 * s01.x, o1 = v[1] * kRsqrt128 * s01.y;
+  float o2 = v[2] * kRsqrt128 * s23.x, o3 = v[3] * kRsqrt128 * s23.y;
+  if (bias != nullptr) {
+    const float4 b = *reinterpret_cast<const float4*>(bias + col);
+    o0 += b.x; o1 += b.y; o2 += b.z; o3 += b.w;
+  }
+  if (y_bf16) {
+    __nv_bfloat162 p0 = __floats2bfloat162_rn(o0, o1), p1 = __floats2bfloat162_rn(o2, o3);
+    uint2 u;
+    u.x = *reinterpret_cast<uint32_t*>(&p0);
+    u.y = *reinterpret_cast<uint32_t*>(&p1);
+    *reinterpret_cast<uint2*>(reinterpret_cast<__nv_bfloat16*>(y) + y_off) = u;
+  } else {
+    __half2 p0 = __floats2half2_rn(o0, o1), p1 = __floats2half2_rn(o2, o3);
+    uint2 u;
+    u.x = *reinterpret_cast<uint32_t*>(&p0);
+    u.y = *reinterpret_cast<uint32_t*>(&p1);
+    *reinterpret_cast<uint2*>(reinterpret_cast<__half*>(y) + y_off) = u;
+  }
+}
+
+template <int CB, int BM, int K2>
+__device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard& sh, uint8_t* smem) {
+  constexpr int kTileWords = 4 * K2;
+  constexpr int kMB = BM / 16;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int col0 = blockIdx.x * 128;
+  const int row0 = blockIdx.y * BM;
+  const int tn0 = (col0 - sh.col_offset) / 16;  // first tile column of this block in the shard
+  const int tiles_n = sh.n / 16;
+
+  const int k16_begin = blockIdx.z * p.k16_per_split;
+  int k16_end = k16_begin + p.k16_per_split;
+  if (k16_end > p.k / 16) k16_end = p.k / 16;
+  const int num_stages = k16_end > k16_begin ? (k16_end - k16_begin) / (kBK / 16) : 0;
+
+  const int rows_here = min(BM, p.m - row0);
+  const int valid_mb = (rows_here + 15) / 16;
+
+  uint16_t* a_smem = reinterpret_cast<uint16_t*>(smem);
+  uint32_t* b_smem = reinterpret_cast<uint32_t*>(smem + kStages * a_stage_bytes(BM));
+
+  auto load_stage = [&](int stage, int buf) {
+    const int k0 = k16_begin * 16 + stage * kBK;
+    // A: BM rows x 8 chunks of 16 bytes
+    uint16_t* a_dst = a_smem + buf * (BM * kBK);
+#pragma unroll
+    for (int c = tid; c < BM * 8; c += kThreads) {
+      const int r = c >> 3, ch = c & 7;
+      const bool ok = r < rows_here;
+      const uint16_t* src = sh.xh + (ok ? (int64_t)(row0 + r) * p.k + k0 + ch * 8 : 0);
+      cp_async16(a_dst + r * kBK + ((ch ^ (r & 7)) * 8), src, ok ? 16 : 0);
+    }
+    // B: 4 tile rows, each 8 tiles x kTileWords words contiguous = 2 * K2 * 4 chunks of 16 bytes
+    uint32_t* b_dst = b_smem + buf * ((kBK / 16) * 8 * kTileWords);
+    constexpr int kChunksPerRow = 8 * kTileWords / 4;
+#pragma unroll
+    for (int c = tid; c < (kBK / 16) * kChunksPerRow; c += kThreads) {
+      const int i = c / kChunksPerRow, ch = c % kChunksPerRow;
+      const int tk = k0 / 16 + i;
+      const uint32_t* src = sh.trellis + ((int64_t)tk * tiles_n + tn0) * kTileWords + ch * 4;
+      cp_async16(b_dst + i * (8 * kTileWords) + ch * 4, src);
+    }
+  };
+
+  float acc[kMB][2][4];
+#pragma unroll
+  for (int mb = 0; mb < kMB; ++mb)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mb][h][i] = 0.f;
+
+  // Prologue: fill kStages - 1 stages.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_stages) load_stage(s, s);
+    cp_async_commit();
+  }
+
+  // ldmatrix.x4 addressing: lane l feeds row (l % 8) + 8 * ((l / 8) % 2) of the m16 block and the k
+  // half (l / 16): matrices 0..3 = (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15),
+  // (rows 8-15, k 8-15) = fragment registers a0..a3.
+  const int ld_row = (lane & 7) + 8 * ((lane >> 3) & 1);
+  const int ld_khalf = lane >> 4;
+
+  for (int it = 0; it < num_stages; ++it) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    {
+      const int nxt = it + kStages - 1;
+      if (nxt < num_stages) load_stage(nxt, nxt % kStages);
+      cp_async_commit();
+    }
+    const int buf = it % kStages;
+    const uint16_t* a_buf = a_smem + buf * (BM * kBK);
+    const uint32_t* b_buf = b_smem + buf * ((kBK / 16) * 8 * kTileWords);
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      uint32_t frag[4];
+      decode_tile_fragments<CB, K2>(b_buf + (kk * 8 + warp) * kTileWords, lane, frag);
+#pragma unroll
+      for (int mb = 0; mb < kMB; ++mb) {
+        if (mb < valid_mb) {
+          const int r = mb * 16 + ld_row;
+          const int ch = kk * 2 + ld_khalf;
+          uint32_t a[4];
+          ldmatrix_x4(a, a_buf + r * kBK + ((ch ^ (r & 7)) * 8));
+          mma_16816(acc[mb][0], a, frag[0], frag[1]);
+          mma_16816(acc[mb][1], a, frag[2], frag[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Stage accumulators as fp32 [BM][kEpiStride] (reuses the pipeline buffers).
+  float* epi = reinterpret_cast<float*>(smem);
+  {
+    const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int mb = 0; mb < kMB; ++mb) {
+      if (mb < valid_mb) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int c = warp * 16 + h * 8 + 2 * q;
+          *reinterpret_cast<float2*>(epi + (mb * 16 + g) * kEpiStride + c) = make_float2(acc[mb][h][0], acc[mb][h][1]);
+          *reinterpret_cast<float2*>(epi + (mb * 16 + g + 8) * kEpiStride + c) = make_float2(acc[mb][h][2], acc[mb][h][3]);
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+  for (int r = warp; r < rows_here; r += kThreads / 32) {
+    const float4 t = *reinterpret_cast<const float4*>(epi + r * kEpiStride + 4 * lane);
+    const int col = col0 + 4 * lane;
+    const int64_t off = (int64_t)(row0 + r) * p.n_total + col;
+    if (p.split == 1) {
+      float v[4] = {t.x, t.y, t.z, t.w};
+      finish_row4(v, lane, sh, col, p.bias, p.y, off, p.y_bf16);
+    } else {
+      red_add_f32x4(p.acc + off, t);
+    }
+  }
+}
+
+template <int CB, int BM>
+__global__ void __launch_bounds__(kThreads) gemm_kernel(const __grid_constant__ GemmParams p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int col0 = blockIdx.x * 128;
+  int s = 0;
+#pragma unroll
+  for (int i = 1; i < kMaxShards; ++i)
+    if (i < p.num_shards && col0 >= p.shard[i].col_offset) s = i;
+  const GemmShard& sh = p.shard[s];
+  // K2 is uniform per block (a block never straddles shards), so mixed-K fused layers run in one
+  // launch; every K2 body of this (CB, BM) instance is compiled into this kernel.
+  switch (sh.K2) {
+#define EXL3_GEMM_CASE(K2)                                                        \
+  case K2:                                                                        \
+    if constexpr (((kK2Mask >> K2) & 1u) && (K2 % 2 == 0 || CB == kCbMul1))       \
+      gemm_block<CB, BM, K2>(p, sh, smem);                                        \
+    break;
+    EXL3_GEMM_CASE(2) EXL3_GEMM_CASE(3) EXL3_GEMM_CASE(4) EXL3_GEMM_CASE(5)
+    EXL3_GEMM_CASE(6) EXL3_GEMM_CASE(7) EXL3_GEMM_CASE(8) EXL3_GEMM_CASE(10)
+    EXL3_GEMM_CASE(12) EXL3_GEMM_CASE(14) EXL3_GEMM_CASE(16)
+#undef EXL3_GEMM_CASE
+    default: break;
+  }
+}
+
+// Split-k epilogue: one warp per (row, 128-column block): acc -> transform -> y, and acc := 0.
+__global__ void __launch_bounds__(256) splitk_epilogue_kernel(const __grid_constant__ GemmParams p);
+
+template <int CB, int BM>
+cudaError_t launch_gemm_instance(const GemmParams& p, cudaStream_t stream) {
+  int max_K2 = 0;
+  for (int i = 0; i < p.num_shards; ++i) max_K2 = p.shard[i].K2 > max_K2 ? p.shard[i].K2 : max_K2;
+  const int smem = gemm_smem_bytes_for(BM, max_K2);
+  // The dynamic shared memory opt-in is a per-device function attribute: set it once per device to the
+  // maximum over all K2 of this instance.
+  static unsigned attr_set_mask = 0;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev >= 32 || !((attr_set_mask >> dev) & 1u)) {
+    cudaError_t e = cudaFuncSetAttribute(gemm_kernel<CB, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         gemm_smem_bytes_for(BM, 16));
+    if (e != cudaSuccess) return e;
+    if (dev < 32) attr_set_mask |= 1u << dev;
+  }
+  dim3 grid(p.n_total / 128, (p.m + BM - 1) / BM, p.split);
+  gemm_kernel<CB, BM><<<grid, kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace exl3

@@ -1,0 +1,60 @@
+// Host side of the GEMM: split-k epilogue kernel and the (codebook, BM) dispatch. The kernel
+// instances live in generated translation units (one per codebook x BM, see setup.py), declared here
+// through the generated list in "generated/instances.h".
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "gemm/gemm_kernel.cuh"
+#include "generated/instances.h"
+
+namespace exl3 {
+
+__global__ void __launch_bounds__(256) splitk_epilogue_kernel(const __grid_constant__ GemmParams p) {
+  const int lane = threadIdx.x & 31;
+  const int blocks_n = p.n_total / 128;
+  const int64_t wid = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (wid >= (int64_t)p.m * blocks_n) return;
+  const int row = (int)(wid / blocks_n);
+  const int cb = (int)(wid % blocks_n);
+  const int col = cb * 128 + 4 * lane;
+  int s = 0;
+#pragma unroll
+  for (int i = 1; i < kMaxShards; ++i)
+    if (i < p.num_shards && cb * 128 >= p.shard[i].col_offset) s = i;
+  const int64_t off = (int64_t)row * p.n_total + col;
+  float4* a = reinterpret_cast<float4*>(p.acc + off);
+  const float4 t = *a;
+  *a = make_float4(0.f, 0.f, 0.f, 0.f);  // leave the accumulator as we found it: all zero
+  float v[4] = {t.x, t.y, t.z, t.w};
+  finish_row4(v, lane, p.shard[s], col, p.bias, p.y, off, p.y_bf16);
+}
+
+#define EXL3_DECLARE_INSTANCE(CB, BM) \
+  extern template cudaError_t launch_gemm_instance<CB, BM>(const GemmParams&, cudaStream_t);
+EXL3_GEMM_INSTANCES(EXL3_DECLARE_INSTANCE)
+#undef EXL3_DECLARE_INSTANCE
+
+bool gemm_instance_built(int codebook, int bm) {
+#define EXL3_MATCH(CB, BM) \
+  if (codebook == CB && bm == BM) return true;
+  EXL3_GEMM_INSTANCES(EXL3_MATCH)
+#undef EXL3_MATCH
+  return false;
+}
+
+int gemm_smem_bytes(int bm, int K2) { return gemm_smem_bytes_for(bm, K2); }
+
+cudaError_t launch_gemm(const GemmParams& p, int codebook, int bm, cudaStream_t stream) {
+  cudaError_t e = cudaErrorInvalidValue;
+#define EXL3_DISPATCH(CB, BM) \
+  if (codebook == CB && bm == BM) e = launch_gemm_instance<CB, BM>(p, stream);
+  EXL3_GEMM_INSTANCES(EXL3_DISPATCH)
+#undef EXL3_DISPATCH
+  if (e != cudaSuccess || p.split <= 1) return e;
+  const int64_t warps = (int64_t)p.m * (p.n_total / 128);
+  const int blocks = (int)((warps + 7) / 8);
+  splitk_epilogue_kernel<<<blocks, 256, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace exl3

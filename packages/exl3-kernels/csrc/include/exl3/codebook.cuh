@@ -1,0 +1,74 @@
+// Procedural EXL3 codebooks: 16-bit trellis state -> fp16 weight, two states at a time.
+//
+// The arithmetic is restated from docs/exl3-format.md §3 (facts from exllamav3 1.6.5
+// exllamav3_ext/quant/codebook.cuh), verified bit-exact against ../shared/oracle/codebook_lut by
+// tests/test_gpu_decode.py:
+//   3inst (id 0): x = s * 89226354 + 64248484            then "lop3" step
+//   mcg   (id 1): x = s * 0xCBAC1FED                      then "lop3" step
+//   mul1  (id 2): x = s * 0x83DCD12D;  b = sum of the 4 unsigned bytes of x;
+//                 v = fp16(fp16(0x6400 + b) * 0x1EEE + 0xC931), one rounding (fma)
+//   lop3 step:    x' = (x & 0x8FFF8FFF) ^ 0x3B603B60; v = fp16(lo16(x') + hi16(x')) as fp16 values
+//
+// Instruction budget (per weight, SASS on sm_90): 3inst/mcg = IMAD + LOP3 + (PRMT x2 + HADD2)/2;
+// mul1 = IMAD + IDP4A + (PRMT + HFMA2)/2. Two states are decoded together so that the final
+// fp16 add / fma runs as one packed half2 instruction per pair, and the pair lands directly in the
+// 32-bit register layout the mma B fragment wants (lower k index in the low half).
+#pragma once
+#include <cstdint>
+#include <cuda_fp16.h>
+
+namespace exl3 {
+
+enum CodebookId : int { kCb3Inst = 0, kCbMcg = 1, kCbMul1 = 2 };
+
+constexpr uint32_t k3InstMul = 89226354u;
+constexpr uint32_t k3InstAdd = 64248484u;
+constexpr uint32_t kMcgMul = 0xCBAC1FEDu;   // also the value of the `.mcg` marker tensor
+constexpr uint32_t kMul1Mul = 0x83DCD12Du;  // also the value of the `.mul1` marker tensor
+constexpr uint32_t kMul1InvHalf2 = 0x1EEE1EEEu;   // fp16 0x1EEE = 0.00676727294921875 = 1774 * 2^-18, both halves
+constexpr uint32_t kMul1BiasHalf2 = 0xC931C931u;  // fp16 0xC931 = -10.3828125, both halves
+
+__device__ __forceinline__ uint32_t hadd2_u32(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+__device__ __forceinline__ uint32_t hfma2_u32(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// Decode states s0, s1 (values 0..65535, upper 16 bits zero) into a packed half2:
+// low half = decode(s0), high half = decode(s1).
+template <int CB>
+__device__ __forceinline__ uint32_t decode_pair(uint32_t s0, uint32_t s1) {
+  if constexpr (CB == kCbMul1) {
+    uint32_t x0 = s0 * kMul1Mul;
+    uint32_t x1 = s1 * kMul1Mul;
+    // __dp4a on unsigned operands sums the unsigned bytes: 0x6400 + b < 0x6800, so the result is the
+    // fp16 bit pattern of 1024 + b, already in the low 16 bits.
+    uint32_t h0 = __dp4a(x0, 0x01010101u, 0x6400u);
+    uint32_t h1 = __dp4a(x1, 0x01010101u, 0x6400u);
+    uint32_t h = __byte_perm(h0, h1, 0x5410);  // (h1 << 16) | h0
+    return hfma2_u32(h, kMul1InvHalf2, kMul1BiasHalf2);
+  } else {
+    uint32_t x0, x1;
+    if constexpr (CB == kCb3Inst) {
+      x0 = s0 * k3InstMul + k3InstAdd;
+      x1 = s1 * k3InstMul + k3InstAdd;
+    } else {
+      x0 = s0 * kMcgMul;
+      x1 = s1 * kMcgMul;
+    }
+    // (x & 0x8FFF8FFF) ^ 0x3B603B60 compiles to one LOP3 (immLut 0x6A).
+    x0 = (x0 & 0x8FFF8FFFu) ^ 0x3B603B60u;
+    x1 = (x1 & 0x8FFF8FFFu) ^ 0x3B603B60u;
+    uint32_t lo = __byte_perm(x0, x1, 0x5410);  // (lo16(x0), lo16(x1))
+    uint32_t hi = __byte_perm(x0, x1, 0x7632);  // (hi16(x0), hi16(x1))
+    return hadd2_u32(lo, hi);
+  }
+}
+
+}  // namespace exl3

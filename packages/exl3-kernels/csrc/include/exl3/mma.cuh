@@ -1,0 +1,53 @@
+// Thin wrappers over the PTX instructions the kernels are built from: cp.async (global -> shared,
+// 16 bytes, with zero fill), ldmatrix.x4 and mma.sync.m16n8k16 (fp16 x fp16 -> fp32). All exist on
+// sm_80 .. sm_120. Fragment layouts are those of the PTX ISA, "Matrix Fragments for mma.m16n8k16 with
+// floating point type": with g = lane / 4 and q = lane % 4,
+//   A (16x16, row-major):  a0 = A[g][2q..2q+1]   a1 = A[g+8][2q..]   a2 = A[g][2q+8..]   a3 = A[g+8][2q+8..]
+//   B (16x8,  "col"):      b0 = B[2q..2q+1][g]   b1 = B[2q+8..2q+9][g]
+//   C (16x8,  fp32):       c0,c1 = C[g][2q..2q+1]   c2,c3 = C[g+8][2q..2q+1]
+#pragma once
+#include <cstdint>
+
+namespace exl3 {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy; src_bytes = 0 writes zeros (used for rows past m: nothing is fetched).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes = 16) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(smem_row)));
+}
+
+__device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Vector fp32 reduction into global memory (split-k partials). sm_90+ has a 16-byte red; older
+// parts fall back to four scalar atomics (same result, more L2 transactions).
+__device__ __forceinline__ void red_add_f32x4(float* gmem, float4 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"l"(gmem), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+#else
+  atomicAdd(gmem + 0, v.x);
+  atomicAdd(gmem + 1, v.y);
+  atomicAdd(gmem + 2, v.z);
+  atomicAdd(gmem + 3, v.w);
+#endif
+}
+
+}  // namespace exl3

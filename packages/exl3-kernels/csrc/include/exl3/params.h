@@ -1,0 +1,71 @@
+// Launch parameters shared by the host planner/binding and the kernels. Plain structs: no torch.
+#pragma once
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace exl3 {
+
+// A fused layer (qkv_proj, gate_up_proj, ...) is up to kMaxShards checkpoint tensors side by side in
+// the output. Each shard keeps its own trellis, K, suh (already applied to its xh) and svh; shards start
+// on 128-column boundaries (exllamav3 pads every quantized dim to 128), so one 128-column block of the
+// output always belongs to exactly one shard.
+constexpr int kMaxShards = 8;
+
+// Compile-time set of K2 = 2K values built into the kernels, as a bit mask (bit K2 set). Users get all
+// of them; CI builds a reduced set (setup.py, CUDA_EXL3_INSTANTIATIONS=reduced).
+#ifndef EXL3_K2_MASK
+#define EXL3_K2_MASK 0x1FDFCu  // K2 in {2,3,4,5,6,7,8,10,12,14,16}
+#endif
+constexpr uint32_t kK2Mask = EXL3_K2_MASK;
+
+struct GemmShard {
+  const uint32_t* trellis;  // [k/16, n/16, 4*K2] uint32 words (the int16 trellis reinterpreted)
+  const uint16_t* svh;      // [n] fp16 bits
+  const uint16_t* xh;       // [m, k] fp16 bits: had128(x * suh) of this shard
+  int n;                    // output columns of this shard (multiple of 128)
+  int col_offset;           // first output column of this shard in the fused output
+  int K2;                   // 2 * bits per weight
+};
+
+struct GemmParams {
+  GemmShard shard[kMaxShards];
+  int num_shards;
+  int m, k, n_total;
+  const float* bias;  // [n_total] fp32, or nullptr
+  void* y;            // [m, n_total] fp16 or bf16, row stride n_total
+  int y_bf16;         // 1: y is bf16, 0: fp16
+  float* acc;         // [m, n_total] fp32 split-k accumulator; all zero on entry and on exit
+  int split;          // number of k slices (gridDim.z); 1 = epilogue in the GEMM kernel
+  int k16_per_split;  // trellis tile rows per slice, a multiple of kBK / 16
+};
+
+struct ReconstructParams {
+  GemmShard shard[kMaxShards];  // xh unused
+  const uint16_t* suh[kMaxShards];  // [k] fp16 bits per shard (used when transform = 1)
+  int num_shards;
+  int k;
+  int col_begin, col_end;  // absolute column range of the fused output to build (multiples of 128)
+  void* w;                 // [k, col_end - col_begin], fp16 or bf16
+  int w_bf16;
+  int transform;           // 1: W = diag(suh) H Ŵ H diag(svh); 0: Ŵ only (decode test)
+};
+
+struct InputTransformParams {
+  const void* x;  // [m, k] fp16 or bf16, row stride x_stride (elements), unit column stride
+  int x_bf16;
+  int64_t x_stride;
+  int m, k;
+  const uint16_t* suh[kMaxShards];  // [k] fp16 bits per shard
+  int num_shards;
+  uint16_t* xh;  // [num_shards, m, k] fp16 bits
+};
+
+// Host launchers (csrc/gemm/launch.cu, csrc/transform/input.cu, csrc/reconstruct/reconstruct.cu).
+cudaError_t launch_gemm(const GemmParams& p, int codebook, int bm, cudaStream_t stream);
+cudaError_t launch_input_transform(const InputTransformParams& p, cudaStream_t stream);
+cudaError_t launch_reconstruct(const ReconstructParams& p, int codebook, cudaStream_t stream);
+cudaError_t launch_decode_lut(uint16_t* out, int codebook, cudaStream_t stream);
+bool gemm_instance_built(int codebook, int bm);
+int gemm_smem_bytes(int bm, int K2);
+
+}  // namespace exl3

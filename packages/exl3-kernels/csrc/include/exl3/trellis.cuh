@@ -1,0 +1,115 @@
+// Per-lane decode of one 16x16 trellis tile straight into mma.m16n8k16 B fragments.
+//
+// Facts (docs/exl3-format.md §2; exllamav3 1.6.5 quant/exl3_dq.cuh, quant/frac.cu, quantize.py
+// tensor_core_perm):
+// - A tile is 256 positions; K bits per position (K2 = 2K in 2..16; odd K2 = half rate, mul1 only).
+//   Stored as 16K int16 = 8K = 4*K2 uint32 words, little-endian 32-bit words, stream MSB-first
+//   inside each word: stream bit p is bit 31 - (p % 32) of word p / 32.
+// - Position i ends at stream bit E(i) = sum_{j<=i} D(j), D = K (integer K) or, for K = KA + 0.5,
+//   D(even) = KA, D(odd) = KA + 1. Its state is the 16 bits [E(i) - 16, E(i)) read MSB-first, the
+//   ring wrapping modulo 256K bits (tail-biting, no stored initial state).
+// - Position i = 8t + j belongs to lane t: j -> (row, col) = (2(t%4) + (j&1) + 8((j>>1)&1),
+//   t/4 + 8(j>>2)), which is exactly the B fragment of two m16n8k16 MMAs (n8 halves): lane t holds
+//   k rows {2q, 2q+1} (b0) and {2q+8, 2q+9} (b1) of column t/4 of each n8 half.
+//
+// So lane t decodes positions 8t..8t+7 and gets, packed as half2 (lower k row in the low half):
+//   frag[0] = (v0, v1) = n8 half 0, b0     frag[1] = (v2, v3) = n8 half 0, b1
+//   frag[2] = (v4, v5) = n8 half 1, b0     frag[3] = (v6, v7) = n8 half 1, b1
+//
+// Bit window of lane t: its first state starts at s0 = 8tK + D(0) - 16 (mod 256K) and its last
+// state ends at 8(t+1)K, a span of 8K + 16 - D(0) <= 72 bits. The lane loads the 3 words starting at
+// word s0/32 and funnel-shifts them left by r = s0 % 32, which makes every state offset inside the
+// window a compile-time constant o_j = E(8t+j) - 16 - s0 (independent of t). The span fits in the
+// 96 - r bits left after the shift for every K (worst case K=8: r = 24, span 72).
+#pragma once
+#include <cstdint>
+#include "exl3/codebook.cuh"
+
+namespace exl3 {
+
+// Bits per position as a compile-time rational: K2 = 2K.
+template <int K2>
+struct TrellisBits {
+  static_assert(K2 >= 2 && K2 <= 16, "K must be in 1..8");
+  static_assert(K2 % 2 == 0 || K2 == 3 || K2 == 5 || K2 == 7, "half rates are 1.5, 2.5, 3.5 only");
+  static constexpr bool kHalf = (K2 % 2) != 0;
+  static constexpr int kFloor = K2 / 2;                  // KA for half rates, K otherwise
+  static constexpr int kTileWords = 4 * K2;              // uint32 words per 16x16 tile (= 8K)
+  static constexpr int kTileBits = 128 * K2;             // = 256K
+  static constexpr int kTileBytes = 16 * K2 * 2;         // = 32K
+  // End bit of position j of a lane, relative to the lane's first bit 8tK.
+  static constexpr int end_bit(int j) {
+    return kHalf ? (j + 1) * kFloor + (j + 1) / 2 : (j + 1) * kFloor;
+  }
+  // Offset of state j inside the normalized window (start of the window = start of state 0).
+  static constexpr int state_offset(int j) { return end_bit(j) - end_bit(0); }
+};
+
+// Extract 16 bits at MSB-first offset O (compile time) from the normalized 96-bit window u0:u1:u2.
+template <int O>
+__device__ __forceinline__ uint32_t window_bits16(uint32_t u0, uint32_t u1, uint32_t u2) {
+  static_assert(O >= 0 && O + 16 <= 96, "state outside the window");
+  constexpr int wi = O / 32;
+  constexpr int ob = O % 32;
+  const uint32_t a = wi == 0 ? u0 : (wi == 1 ? u1 : u2);
+  if constexpr (ob == 0) {
+    return a >> 16;
+  } else if constexpr (ob == 16) {
+    return a & 0xFFFFu;
+  } else if constexpr (ob == 8) {
+    return __byte_perm(a, 0u, 0x4421);  // bytes 1,2 of a, zero above: (a >> 8) & 0xFFFF in one PRMT
+  } else if constexpr (ob < 16) {
+    return (a >> (16 - ob)) & 0xFFFFu;
+  } else {
+    static_assert(wi < 2 || ob <= 16, "straddles past the window");
+    const uint32_t b = wi == 0 ? u1 : u2;
+    // bits [ob, ob+16) of a:b (64 bits MSB-first) = (a:b) >> (48 - ob), low 16 bits
+    return __funnelshift_r(b, a, 48 - ob) & 0xFFFFu;
+  }
+}
+
+// Load lane t's normalized window from a tile held in shared memory (kTileWords words).
+template <int K2>
+__device__ __forceinline__ void load_lane_window(const uint32_t* tile, int lane, uint32_t& u0,
+                                                 uint32_t& u1, uint32_t& u2) {
+  using B = TrellisBits<K2>;
+  int s0 = lane * (4 * K2) + B::kFloor - 16;  // 8tK + D(0) - 16
+  if (s0 < 0) s0 += B::kTileBits;             // tail-biting ring (lanes 0, and 1 when K = 1)
+  int a = s0 >> 5;
+  const int r = s0 & 31;
+  int a1 = a + 1; if (a1 >= B::kTileWords) a1 -= B::kTileWords;
+  int a2 = a1 + 1; if (a2 >= B::kTileWords) a2 -= B::kTileWords;
+  const uint32_t w0 = tile[a], w1 = tile[a1], w2 = tile[a2];
+  // funnelshift_l(lo, hi, r) = high word of (hi:lo) << r; r = 0 returns hi unchanged.
+  u0 = __funnelshift_l(w1, w0, r);
+  u1 = __funnelshift_l(w2, w1, r);
+  u2 = w2 << r;  // bits past 96 - r are never needed (see header comment)
+}
+
+// Decode lane's 8 positions of one tile into 4 half2 B-fragment registers.
+template <int CB, int K2>
+__device__ __forceinline__ void decode_tile_fragments(const uint32_t* tile, int lane, uint32_t frag[4]) {
+  using B = TrellisBits<K2>;
+  uint32_t u0, u1, u2;
+  load_lane_window<K2>(tile, lane, u0, u1, u2);
+  uint32_t s[8];
+  s[0] = window_bits16<B::state_offset(0)>(u0, u1, u2);
+  s[1] = window_bits16<B::state_offset(1)>(u0, u1, u2);
+  s[2] = window_bits16<B::state_offset(2)>(u0, u1, u2);
+  s[3] = window_bits16<B::state_offset(3)>(u0, u1, u2);
+  s[4] = window_bits16<B::state_offset(4)>(u0, u1, u2);
+  s[5] = window_bits16<B::state_offset(5)>(u0, u1, u2);
+  s[6] = window_bits16<B::state_offset(6)>(u0, u1, u2);
+  s[7] = window_bits16<B::state_offset(7)>(u0, u1, u2);
+  frag[0] = decode_pair<CB>(s[0], s[1]);
+  frag[1] = decode_pair<CB>(s[2], s[3]);
+  frag[2] = decode_pair<CB>(s[4], s[5]);
+  frag[3] = decode_pair<CB>(s[6], s[7]);
+}
+
+// (row, col) inside the 16x16 tile of fragment value v (0..7) of lane t (for stores of decoded
+// values outside an MMA, e.g. the reconstruct kernel).
+__device__ __forceinline__ int frag_row(int lane, int v) { return 2 * (lane & 3) + (v & 1) + 8 * ((v >> 1) & 1); }
+__device__ __forceinline__ int frag_col(int lane, int v) { return (lane >> 2) + 8 * (v >> 2); }
+
+}  // namespace exl3

@@ -1,0 +1,63 @@
+// Input transform: xh[s] = fp16( had128(x * suh[s]) ) for every shard s of a fused layer, one launch.
+//
+// One warp per (row, 128-column block): lane l loads x[row, 128b + 4l .. +3] once (fp16 or bf16,
+// 8 bytes), then for each shard multiplies by that shard's suh in fp32, runs the 128-point FWHT
+// (hadamard.cuh), scales by 1/sqrt(128) and rounds once to fp16 (the GEMM's A operand). Loads and
+// stores are 8 bytes per lane, 256 contiguous bytes per warp.
+// Precision: exllamav3 (docs/exl3-format.md §4.4) rounds x*suh to fp16 before the butterflies; we keep
+// it in fp32, so our xh differs from exllamav3's by at most 1 fp16 ulp and is closer to exact.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "exl3/hadamard.cuh"
+#include "exl3/params.h"
+
+namespace exl3 {
+
+template <bool kBf16>
+__global__ void __launch_bounds__(256) input_transform_kernel(const __grid_constant__ InputTransformParams p) {
+  const int lane = threadIdx.x & 31;
+  const int blocks_k = p.k / 128;
+  const int64_t wid = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+  if (wid >= (int64_t)p.m * blocks_k) return;
+  const int row = (int)(wid / blocks_k);
+  const int col = (int)(wid % blocks_k) * 128 + 4 * lane;
+  float xv[4];
+  const uint2 raw = *reinterpret_cast<const uint2*>(
+      reinterpret_cast<const uint16_t*>(p.x) + (int64_t)row * p.x_stride + col);
+  if constexpr (kBf16) {
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+    xv[0] = a.x; xv[1] = a.y; xv[2] = b.x; xv[3] = b.y;
+  } else {
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
+    xv[0] = a.x; xv[1] = a.y; xv[2] = b.x; xv[3] = b.y;
+  }
+  for (int s = 0; s < p.num_shards; ++s) {
+    const uint2 su = *reinterpret_cast<const uint2*>(p.suh[s] + col);
+    const float2 s01 = __half22float2(*reinterpret_cast<const __half2*>(&su.x));
+    const float2 s23 = __half22float2(*reinterpret_cast<const __half2*>(&su.y));
+    float v[4] = {xv[0] * s01.x, xv[1] * s01.y, xv[2] * s23.x, xv[3] * s23.y};
+    fwht128_lane4(v, lane);
+    __half2 o0 = __floats2half2_rn(v[0] * kRsqrt128, v[1] * kRsqrt128);
+    __half2 o1 = __floats2half2_rn(v[2] * kRsqrt128, v[3] * kRsqrt128);
+    uint2 u;
+    u.x = *reinterpret_cast<uint32_t*>(&o0);
+    u.y = *reinterpret_cast<uint32_t*>(&o1);
+    *reinterpret_cast<uint2*>(p.xh + ((int64_t)s * p.m + row) * p.k + col) = u;
+  }
+}
+
+cudaError_t launch_input_transform(const InputTransformParams& p, cudaStream_t stream) {
+  const int64_t warps = (int64_t)p.m * (p.k / 128);
+  if (warps == 0) return cudaSuccess;
+  const int blocks = (int)((warps + 7) / 8);
+  if (p.x_bf16)
+    input_transform_kernel<true><<<blocks, 256, 0, stream>>>(p);
+  else
+    input_transform_kernel<false><<<blocks, 256, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace exl3

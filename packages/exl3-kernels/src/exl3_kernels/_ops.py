@@ -1,0 +1,135 @@
+"""Typed wrappers over ``torch.ops.exl3_kernels.*`` (the compiled library) with their fake impls.
+
+The library ``_C.abi3.so`` registers its ops with TORCH_LIBRARY (csrc/bindings/ops.cpp); it is loaded
+with ``torch.ops.load_library`` (no Python module, no pybind). Fake (meta) implementations are
+registered here so the ops trace under ``torch.compile(fullgraph=True)`` and CUDA-graph capture.
+Importing this module never fails: :func:`available` says whether the CUDA ops exist.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from . import env
+
+_loaded: bool | None = None
+_load_error: str | None = None
+
+
+def _library_path() -> Path:
+    override = env.get("LIBRARY")
+    if override:
+        return Path(override)
+    here = Path(__file__).resolve().parent
+    cands = sorted(here.glob("_C*.so"))
+    return cands[0] if cands else here / "_C.abi3.so"
+
+
+def load() -> bool:
+    """Load the compiled op library once. Returns True when the ``exl3_kernels`` ops are registered."""
+    global _loaded, _load_error
+    if _loaded is not None:
+        return _loaded
+    path = _library_path()
+    try:
+        if not path.exists():
+            raise FileNotFoundError(f"{path} does not exist (package built without nvcc?)")
+        torch.ops.load_library(str(path))
+        _register_fakes()
+        _loaded = True
+    except Exception as e:  # noqa: BLE001 - reported through available()/load_error()
+        _loaded = False
+        _load_error = f"{type(e).__name__}: {e}"
+    return _loaded
+
+
+def available() -> bool:
+    """True when the compiled library is loaded (the ops can be traced; running needs CUDA tensors)."""
+    return load()
+
+
+def load_error() -> str | None:
+    """Why :func:`load` failed, or None."""
+    load()
+    return _load_error
+
+
+def _register_fakes() -> None:
+    lib = "exl3_kernels::"
+
+    @torch.library.register_fake(lib + "input_transform")
+    def _(x, suh):
+        return x.new_empty((len(suh), x.shape[0], x.shape[1]), dtype=torch.float16)
+
+    @torch.library.register_fake(lib + "gemm")
+    def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype):
+        n_total = sum(t.shape[1] * 16 for t in trellis)
+        return xh.new_empty((xh.shape[1], n_total), dtype=out_dtype)
+
+    @torch.library.register_fake(lib + "reconstruct")
+    def _(trellis, suh, svh, codebook, col_begin, col_end, dtype, transform):
+        n_total = sum(t.shape[1] * 16 for t in trellis)
+        end = n_total if col_end < 0 else col_end
+        return trellis[0].new_empty((trellis[0].shape[0] * 16, end - col_begin), dtype=dtype)
+
+
+def input_transform(x: torch.Tensor, suh: list[torch.Tensor]) -> torch.Tensor:
+    """xh[s] = fp16(had128(x * suh[s])) for each shard s, one launch.
+
+    Args:
+        x: [m, k] fp16/bf16 CUDA, unit column stride, k % 128 == 0.
+        suh: per shard, fp16 [k].
+    Returns:
+        fp16 [len(suh), m, k].
+    Raises:
+        RuntimeError from the op on shape/dtype/device mismatch (message names the tensor).
+    """
+    return torch.ops.exl3_kernels.input_transform(x, suh)
+
+
+def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], bias: torch.Tensor | None,
+         codebook: int, bm: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    """Trellis GEMM with fused output transform: y = had_n(xh @ Ŵ) * svh + bias.
+
+    Args:
+        xh: fp16 [S, m, k] from :func:`input_transform`.
+        trellis: per shard int16 [k/16, n_s/16, 16K]; shards may differ in K.
+        svh: per shard fp16 [n_s].
+        bias: fp32 [sum n_s] or None.
+        codebook: 0 = 3inst, 1 = mcg, 2 = mul1 (all shards).
+        bm: row tile (16, 32, 64, 128; built tiers in ``built_instances()``).
+        split: split-k factor; > 1 uses ``acc`` (fp32, >= m * sum n_s elements, all zero; left all zero).
+        out_dtype: torch.float16 or torch.bfloat16.
+    Returns:
+        [m, sum n_s] in ``out_dtype``.
+    """
+    return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype)
+
+
+def reconstruct(trellis: list[torch.Tensor], suh: list[torch.Tensor], svh: list[torch.Tensor], codebook: int,
+                col_begin: int = 0, col_end: int = -1, dtype: torch.dtype = torch.float16,
+                transform: bool = True) -> torch.Tensor:
+    """Dense W[k, col_begin:col_end] = diag(suh) H Ŵ H diag(svh) (transform=True) or Ŵ (transform=False).
+
+    Columns are absolute in the fused layer and must be 128-aligned. Returns [k, col_end - col_begin].
+    """
+    return torch.ops.exl3_kernels.reconstruct(trellis, suh, svh, codebook, col_begin, col_end, dtype, transform)
+
+
+def decode_lut(codebook: int, device: torch.device | str = "cuda") -> torch.Tensor:
+    """fp16 [65536]: the device decoder applied to every 16-bit state (test hook)."""
+    out = torch.empty(65536, dtype=torch.float16, device=device)
+    torch.ops.exl3_kernels.decode_lut(out, codebook)
+    return out
+
+
+def built_instances() -> list[tuple[int, int]]:
+    """(codebook id, BM) pairs compiled into the library."""
+    return [(v // 1000, v % 1000) for v in torch.ops.exl3_kernels.built_instances()]
+
+
+def compiled_k2() -> list[int]:
+    """K2 = 2K values compiled into the library."""
+    mask = torch.ops.exl3_kernels.compiled_k2_mask()
+    return [k2 for k2 in range(2, 17) if (mask >> k2) & 1]

@@ -1,0 +1,89 @@
+"""Per-(layer shape, m bucket) plan selection: env pins, then cache, then timing, then the cost model.
+
+Timing runs each candidate of :func:`.plan.candidates` on the real input (1 warm-up + 5 timed runs,
+CUDA events, median) the first time a (shape, m bucket, dtype, device) is seen outside CUDA-graph
+capture, and caches the fastest. Under capture, with CUDA_EXL3_AUTOTUNE=0, or in deterministic mode the
+cost model decides (deterministic mode never times, so reruns pick the same plan).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from typing import Callable
+
+import torch
+
+from . import env
+from .plan import BM_TIERS, LayerShape, Plan, candidates, cost_model, m_bucket
+
+_cache: dict[tuple, Plan] = {}
+_sm_count: dict[int, int] = {}
+
+
+def sm_count(device: torch.device) -> int:
+    i = device.index if device.index is not None else torch.cuda.current_device()
+    if i not in _sm_count:
+        _sm_count[i] = torch.cuda.get_device_properties(i).multi_processor_count
+    return _sm_count[i]
+
+
+def _apply_pins(p: Plan) -> Plan:
+    path, bm, split = env.get("PATH"), env.get_int("BM"), env.get_int("SPLIT")
+    if path:
+        if path not in ("gemm", "reconstruct"):
+            raise ValueError(f"CUDA_EXL3_PATH must be 'gemm' or 'reconstruct', got {path!r}")
+        p = replace(p, path=path)
+    if bm is not None:
+        p = replace(p, bm=bm)
+    if split is not None:
+        p = replace(p, split=split)
+    return p
+
+
+def _time(fn: Callable[[], object], reps: int = 5) -> float:
+    fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,
+           built_bm: tuple[int, ...], run: Callable[[Plan], object]) -> Plan:
+    """Plan for this call. ``run(plan)`` executes the layer with a plan (used only when timing)."""
+    deterministic = env.get_bool("DETERMINISTIC")
+    recon_min_m = env.get_int("RECON_MIN_M", 1024)
+    key = (shape, m_bucket(m), dtype, device, deterministic)
+    plan = _cache.get(key)
+    if plan is None:
+        base = cost_model(shape, m, sm_count(device), acc_capacity, recon_min_m, built_bm, deterministic)
+        if (deterministic or not env.get_bool("AUTOTUNE", True) or torch.cuda.is_current_stream_capturing()):
+            plan = base
+            if not torch.cuda.is_current_stream_capturing():
+                _cache[key] = plan
+        else:
+            cands = candidates(shape, m, sm_count(device), acc_capacity, built_bm, deterministic)
+            if base not in cands:
+                cands.append(base)
+            best, best_t = base, float("inf")
+            for c in cands:
+                t = _time(lambda: run(c))
+                if t < best_t:
+                    best, best_t = c, t
+            plan = best
+            _cache[key] = plan
+    return _apply_pins(plan)
+
+
+def cached_plans() -> dict[tuple, Plan]:
+    """The chosen plans so far (for logs and benchmarks)."""
+    return dict(_cache)
+
+
+def clear() -> None:
+    _cache.clear()

@@ -1,0 +1,66 @@
+"""Environment variables of exl3-kernels, read at call time (never cached at import).
+
+Every variable is ``CUDA_EXL3_<NAME>``; the old spelling ``VLLM_EXL3_<NAME>`` is still accepted and
+triggers a ``DeprecationWarning`` (once per name).
+
+| variable | meaning | default |
+|---|---|---|
+| CUDA_EXL3_PATH | force the path: ``gemm`` (trellis GEMM) or ``reconstruct`` (dense W + cuBLAS) | unset: planner |
+| CUDA_EXL3_BM | force the GEMM row tile BM (16, 32, 64, 128) | unset: planner |
+| CUDA_EXL3_SPLIT | force the split-k factor (1 = no split) | unset: planner |
+| CUDA_EXL3_AUTOTUNE | 1: time candidate plans once per (layer shape, m bucket) outside graph capture | 1 |
+| CUDA_EXL3_DETERMINISTIC | 1: no atomics (split = 1) and a fixed, timing-free path choice: bit-identical reruns | 0 |
+| CUDA_EXL3_RECON_MIN_M | smallest m for which the cost model picks the reconstruct path | 1024 |
+| CUDA_EXL3_RECON_WORKSPACE_MB | size cap of the dense-W workspace; bigger layers are built in column chunks | 512 |
+| CUDA_EXL3_SPLITK_WORKSPACE_MB | size of the split-k fp32 accumulator; larger m x n disables split-k | 64 |
+| CUDA_EXL3_LIBRARY | path of the compiled op library to load instead of the packaged ``_C.abi3.so`` | unset |
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+_warned: set[str] = set()
+
+
+def get(name: str, default: str | None = None) -> str | None:
+    """Return ``CUDA_EXL3_<name>``, falling back to the deprecated ``VLLM_EXL3_<name>``.
+
+    Args:
+        name: variable name without prefix, e.g. ``"BM"``.
+        default: value when neither spelling is set.
+    """
+    new = f"CUDA_EXL3_{name}"
+    if new in os.environ:
+        return os.environ[new]
+    old = f"VLLM_EXL3_{name}"
+    if old in os.environ:
+        if old not in _warned:
+            _warned.add(old)
+            warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=2)
+        return os.environ[old]
+    return default
+
+
+def get_int(name: str, default: int | None = None) -> int | None:
+    """Integer variant of :func:`get`; raises ``ValueError`` naming the variable on a non-integer value."""
+    v = get(name)
+    if v is None or v == "":
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"CUDA_EXL3_{name} must be an integer, got {v!r}") from None
+
+
+def get_bool(name: str, default: bool = False) -> bool:
+    """Boolean variant of :func:`get`: ``1/true/yes/on`` are true, ``0/false/no/off/''`` false."""
+    v = get(name)
+    if v is None:
+        return default
+    s = v.strip().lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"CUDA_EXL3_{name} must be a boolean (0/1), got {v!r}")

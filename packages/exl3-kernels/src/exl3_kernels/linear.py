@@ -1,0 +1,157 @@
+"""The EXL3 linear layer as one op: ``exl3_kernels::linear`` and its Python entry :func:`exl3_linear`.
+
+y[..., n_total] = concat_s( had_n( had_k(x * suh_s) @ Ŵ_s ) * svh_s ) + bias, for the shards s of a
+(fused) layer side by side in the output (docs/exl3-format.md §4.3).
+
+On CUDA the op picks a plan per (layer shape, m bucket) (:mod:`.autotune`):
+- "gemm": input transform (one launch for all shards) + trellis GEMM with fused output transform
+  (+ split-k epilogue when split > 1);
+- "reconstruct": dense W of the whole layer into the process-wide workspace, then one cuBLAS GEMM.
+On CPU (and any device without the compiled library) it runs the pure-torch reference
+(:mod:`exl3_kernels.reference`), which is also what every kernel is tested against.
+
+The op is registered with ``torch.library`` (schema + CUDA/CPU impls + fake), so it is opaque to
+``torch.compile(fullgraph=True)`` and capture-safe (no host sync, no allocation of persistent memory
+during capture).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from . import _ops, autotune, workspace
+from .plan import BM_TIERS, LayerShape, Plan
+
+CODEBOOK_IDS = {"3inst": 0, "mcg": 1, "mul1": 2}
+CODEBOOK_NAMES = {v: k for k, v in CODEBOOK_IDS.items()}
+
+
+@dataclass
+class Exl3Layer:
+    """Tensors of one (possibly fused) EXL3 layer on one device.
+
+    Attributes:
+        trellis: per shard int16 [k/16, n_s/16, 16 K_s] (K_s may differ between shards).
+        suh: per shard fp16 [k].
+        svh: per shard fp16 [n_s].
+        codebook: "3inst", "mcg" or "mul1" (shared by all shards).
+        bias: [sum n_s] or None (fp32 preferred: the GEMM epilogue reads fp32).
+    """
+
+    trellis: list[torch.Tensor]
+    suh: list[torch.Tensor]
+    svh: list[torch.Tensor]
+    codebook: str
+    bias: torch.Tensor | None = None
+    _shape: LayerShape | None = field(default=None, repr=False)
+
+    @property
+    def k(self) -> int:
+        return self.trellis[0].shape[0] * 16
+
+    @property
+    def n_total(self) -> int:
+        return sum(t.shape[1] * 16 for t in self.trellis)
+
+
+def layer_shape(trellis: list[torch.Tensor], codebook: int) -> LayerShape:
+    return LayerShape(trellis[0].shape[0] * 16, tuple(t.shape[1] * 16 for t in trellis),
+                      tuple(t.shape[2] // 8 for t in trellis), codebook)
+
+
+def _reference(x2, trellis, suh, svh, bias, codebook: int) -> torch.Tensor:
+    from . import reference
+
+    cb = CODEBOOK_NAMES[codebook]
+    ys = [reference.linear_forward(x2, t, su, sv, cb, out_dtype=torch.float32) for t, su, sv in zip(trellis, suh, svh)]
+    y = torch.cat(ys, dim=-1)
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(x2.dtype)
+
+
+def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch.Tensor:
+    if plan.path == "reconstruct":
+        k = x2.shape[1]
+        n_total = sum(t.shape[1] * 16 for t in trellis)
+        cols = max(128, workspace.recon_capacity_bytes() // (2 * k) // 128 * 128)
+        outs = []
+        for c0 in range(0, n_total, cols):
+            c1 = min(n_total, c0 + cols)
+            w = workspace.recon(x2.device, k * (c1 - c0), x2.dtype).view(k, c1 - c0)
+            torch.ops.exl3_kernels.reconstruct_out(w, trellis, suh, svh, codebook, c0, c1, True)
+            if bias32 is not None:
+                outs.append(torch.addmm(bias32[c0:c1].to(x2.dtype), x2, w))
+            else:
+                outs.append(torch.mm(x2, w))
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+    xh = _ops.input_transform(x2, suh)
+    acc = workspace.splitk_acc(x2.device) if plan.split > 1 else xh
+    return _ops.gemm(xh, trellis, svh, bias32, codebook, plan.bm, plan.split, acc, x2.dtype)
+
+
+def _linear_cuda(x, trellis, suh, svh, bias, codebook: int) -> torch.Tensor:
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k)
+    if x2.stride(-1) != 1 or x2.stride(0) % 4 != 0:
+        x2 = x2.contiguous()
+    n_total = sum(t.shape[1] * 16 for t in trellis)
+    m = x2.shape[0]
+    if m == 0:
+        return x.new_empty((*x.shape[:-1], n_total))
+    bias32 = None
+    if bias is not None:
+        bias32 = bias if bias.dtype == torch.float32 and bias.is_contiguous() else bias.float().contiguous()
+    shape = layer_shape(trellis, codebook)
+    built = tuple(sorted({bm for cb, bm in _ops.built_instances() if cb == codebook})) or BM_TIERS
+    plan = autotune.choose(shape, m, x2.dtype, x2.device, workspace.splitk_capacity(), built,
+                           lambda p: _run_plan(p, x2, trellis, suh, svh, bias32, codebook))
+    y = _run_plan(plan, x2, trellis, suh, svh, bias32, codebook)
+    return y.reshape(*x.shape[:-1], n_total)
+
+
+def _linear_cpu(x, trellis, suh, svh, bias, codebook: int) -> torch.Tensor:
+    k = x.shape[-1]
+    y = _reference(x.reshape(-1, k), trellis, suh, svh, bias, codebook)
+    return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+_lib = None
+
+
+def _register() -> None:
+    """Define ``exl3_kernels::linear`` (CUDA impl needs the compiled library; CPU impl = reference)."""
+    global _lib
+    if _lib is not None:
+        return
+    have_cuda_ops = _ops.load()
+    # FRAGMENT: extends the namespace defined by the compiled library, or creates it when absent.
+    _lib = torch.library.Library("exl3_kernels", "FRAGMENT")
+    _lib.define("linear(Tensor x, Tensor[] trellis, Tensor[] suh, Tensor[] svh, Tensor? bias, int codebook) -> Tensor")
+    if have_cuda_ops:
+        _lib.impl("linear", _linear_cuda, "CUDA")
+    _lib.impl("linear", _linear_cpu, "CPU")
+
+    @torch.library.register_fake("exl3_kernels::linear")
+    def _(x, trellis, suh, svh, bias, codebook):
+        n_total = sum(t.shape[1] * 16 for t in trellis)
+        return x.new_empty((*x.shape[:-1], n_total))
+
+
+_register()
+
+
+def exl3_linear(x: torch.Tensor, layer: Exl3Layer) -> torch.Tensor:
+    """y = EXL3 linear of ``layer`` applied to x. Functional: allocates and returns y.
+
+    Args:
+        x: [..., k] fp16 or bf16 (CUDA: kernels; CPU: reference; fp32 accepted on CPU).
+        layer: the layer's tensors (see :class:`Exl3Layer`).
+    Returns:
+        [..., sum n_s] in x's dtype.
+    Raises:
+        RuntimeError (from the op) naming the offending tensor on shape/dtype/device mismatch.
+    """
+    return torch.ops.exl3_kernels.linear(x, layer.trellis, layer.suh, layer.svh, layer.bias,
+                                         CODEBOOK_IDS[str(getattr(layer.codebook, "value", layer.codebook))])

@@ -1,0 +1,123 @@
+"""Execution plans for one EXL3 linear: which path, which BM tier, which split-k. Pure functions.
+
+A plan is chosen per (layer shape, m bucket). The autotuner (:mod:`.autotune`) times the candidates of
+:func:`candidates` once outside CUDA-graph capture; :func:`cost_model` is the fallback under capture,
+with autotuning off, and in deterministic mode. The numbers in the cost model come from the H200
+measurements recorded in docs/kernels.md.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+BM_TIERS = (16, 32, 64, 128)
+MIN_STAGES_PER_SPLIT = 4  # k rows per split >= 4 pipeline stages of 64 rows: below that the prologue dominates
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """Static description of a (fused) EXL3 layer: k, per-shard n and K2 = 2K, codebook id."""
+
+    k: int
+    ns: tuple[int, ...]
+    k2s: tuple[int, ...]
+    codebook: int
+
+    @property
+    def n_total(self) -> int:
+        return sum(self.ns)
+
+    @property
+    def trellis_bytes(self) -> int:
+        """Bytes of all trellises: k * n * K / 8 per shard."""
+        return sum(self.k * n * k2 // 16 for n, k2 in zip(self.ns, self.k2s))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """``path`` is "gemm" (trellis GEMM, ``bm``/``split`` used) or "reconstruct" (dense W + cuBLAS)."""
+
+    path: str
+    bm: int = 16
+    split: int = 1
+
+    def __str__(self) -> str:
+        return "reconstruct" if self.path == "reconstruct" else f"gemm(bm={self.bm},split={self.split})"
+
+
+def m_bucket(m: int) -> int:
+    """Bucket of row counts sharing one plan: the next power of two (1, 2, 4, ...)."""
+    return 1 if m <= 1 else 1 << (m - 1).bit_length()
+
+
+def pick_bm(m: int, built: tuple[int, ...] = BM_TIERS) -> int:
+    """Smallest built BM tier >= m, or the largest tier when m exceeds all."""
+    for bm in sorted(built):
+        if bm >= m:
+            return bm
+    return max(built)
+
+
+def max_split(shape: LayerShape) -> int:
+    """Largest split-k that keeps MIN_STAGES_PER_SPLIT pipeline stages per slice."""
+    return max(1, (shape.k // 64) // MIN_STAGES_PER_SPLIT)
+
+
+def splitk_allowed(shape: LayerShape, m: int, split: int, acc_capacity: int, l2_bytes: int = 60 << 20) -> bool:
+    """Accumulator traffic rule: split-k costs ``split * m * n * 4`` bytes of reductions plus 8 bytes per
+    output element for the epilogue. Traffic that stays in L2 (the accumulator fits in half of it) is
+    discounted 4x but not to zero; the total must stay under half the trellis bytes, and the
+    accumulator must fit its workspace (``acc_capacity`` fp32 elements)."""
+    if split <= 1:
+        return True
+    elems = m * shape.n_total
+    if elems > acc_capacity:
+        return False
+    traffic = (split * 4 + 8) * elems
+    if elems * 4 <= l2_bytes // 2:
+        traffic /= 4
+    return traffic <= 0.5 * shape.trellis_bytes
+
+
+def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, recon_min_m: int = 1024,
+               built_bm: tuple[int, ...] = BM_TIERS, deterministic: bool = False) -> Plan:
+    """Heuristic plan without timing.
+
+    - m >= ``recon_min_m``: reconstruct (the GEMM decodes the trellis once per BM rows; cuBLAS wins once
+      the decode is amortised over enough rows).
+    - else the smallest BM tier covering m (capped at the largest), and the split-k that brings the grid
+      to about 4 blocks per SM (2 for BM >= 64), within :func:`splitk_allowed` and :func:`max_split`.
+    - ``deterministic``: no split-k (no atomics).
+    """
+    if m >= recon_min_m:
+        return Plan("reconstruct")
+    bm = pick_bm(m, built_bm)
+    blocks = (shape.n_total // 128) * math.ceil(m / bm)
+    target = sm_count * (4 if bm <= 32 else 2)
+    split = 1
+    if not deterministic and blocks < target:
+        split = min(max_split(shape), math.ceil(target / blocks))
+        while split > 1 and not splitk_allowed(shape, m, split, acc_capacity):
+            split -= 1
+    return Plan("gemm", bm, split)
+
+
+def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
+               built_bm: tuple[int, ...] = BM_TIERS, deterministic: bool = False) -> list[Plan]:
+    """Plans worth timing for this m: BM tiers from the covering one down to half of it (and the largest
+    for m above all tiers), split-k in powers of two up to the limits, and reconstruct for m >= 64."""
+    bms = sorted({pick_bm(m, built_bm)} | {b for b in built_bm if m / 2 <= b <= pick_bm(m, built_bm)})
+    out: list[Plan] = []
+    for bm in bms:
+        blocks = (shape.n_total // 128) * math.ceil(m / bm)
+        splits = [1]
+        if not deterministic:
+            s = 2
+            while s <= max_split(shape) and blocks * s <= 16 * sm_count:
+                if splitk_allowed(shape, m, s, acc_capacity):
+                    splits.append(s)
+                s *= 2
+        out += [Plan("gemm", bm, s) for s in splits]
+    if m >= 64:
+        out.append(Plan("reconstruct"))
+    return out

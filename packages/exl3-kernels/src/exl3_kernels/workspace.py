@@ -1,0 +1,66 @@
+"""Process-wide workspaces of the EXL3 linear, one set per CUDA device.
+
+- ``splitk_acc(device)``: the fp32 split-k accumulator. Contract: all zero between ops; the GEMM adds
+  into it and its epilogue re-zeroes what it touched, so no per-call memset exists. Sized by
+  CUDA_EXL3_SPLITK_WORKSPACE_MB (the planner refuses split-k for m * n beyond it).
+- ``recon(device, numel, dtype)``: the dense-W buffer of the reconstruct path (grow-only, capped by
+  CUDA_EXL3_RECON_WORKSPACE_MB; larger layers are processed in column chunks).
+
+Both must be created before CUDA-graph capture (vLLM's profile run does that: it runs the largest batch
+eagerly first). Growing one during capture raises, because an allocation inside capture would belong to
+the graph's private pool. Assumption: one compute stream per device uses them (vLLM's model runner).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import env
+
+_acc: dict[int, torch.Tensor] = {}
+_recon: dict[int, torch.Tensor] = {}
+
+
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def splitk_capacity() -> int:
+    """Accumulator capacity in fp32 elements."""
+    return env.get_int("SPLITK_WORKSPACE_MB", 64) * (1 << 20) // 4
+
+
+def splitk_acc(device: torch.device) -> torch.Tensor:
+    """The zeroed fp32 split-k accumulator of ``device`` (allocated on first use)."""
+    i = _index(device)
+    t = _acc.get(i)
+    if t is None:
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("exl3_kernels: the split-k workspace must be created before CUDA-graph capture "
+                               "(run one eager forward first)")
+        t = torch.zeros(splitk_capacity(), dtype=torch.float32, device=torch.device("cuda", i))
+        _acc[i] = t
+    return t
+
+
+def recon_capacity_bytes() -> int:
+    return env.get_int("RECON_WORKSPACE_MB", 512) * (1 << 20)
+
+
+def recon(device: torch.device, numel: int, dtype: torch.dtype) -> torch.Tensor:
+    """A flat buffer of at least ``numel`` elements of ``dtype`` (2 bytes) for dense W."""
+    i = _index(device)
+    need = numel * 2
+    t = _recon.get(i)
+    if t is None or t.numel() < need:
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(f"exl3_kernels: the reconstruct workspace must grow to {need} bytes, which cannot "
+                               "happen during CUDA-graph capture (run the largest batch eagerly first)")
+        t = torch.empty(need, dtype=torch.uint8, device=torch.device("cuda", i))
+        _recon[i] = t
+    return t[:need].view(dtype)
+
+
+def reset() -> None:
+    """Drop all workspaces (tests)."""
+    _acc.clear()
+    _recon.clear()

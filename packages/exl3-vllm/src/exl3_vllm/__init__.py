@@ -1,0 +1,1 @@
+"""vLLM plugin for EXL3."""

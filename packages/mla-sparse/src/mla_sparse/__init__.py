@@ -1,0 +1,1 @@
+"""Sparse-MLA decode kernels."""

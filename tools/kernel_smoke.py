@@ -1,0 +1,51 @@
+"""One small call of every exl3_kernels op: the case compute-sanitizer (memcheck) runs on the GPU.
+
+    compute-sanitizer --tool memcheck python3 tools/kernel_smoke.py
+Prints the relative error of each op against the pure-torch reference; exits non-zero above 1e-3.
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from exl3_kernels import _ops, reference, workspace
+
+
+def main() -> int:
+    torch.manual_seed(0)
+    k, ns, k2s = 256, [128, 256], [8, 10]
+    cb = 1 if 10 in _ops.compiled_k2() else 2
+    if cb == 2:
+        k2s = [8, 5]
+    trellis = [torch.randint(-32768, 32768, (k // 16, n // 16, 8 * k2), dtype=torch.int32).to(torch.int16).cuda()
+               for n, k2 in zip(ns, k2s)]
+    suh = [((torch.rand(k) + 0.5) / 20).half().cuda() for _ in ns]
+    svh = [(torch.rand(n) + 0.5).half().cuda() for n in ns]
+    bias = torch.randn(sum(ns)).cuda()
+    name = ["3inst", "mcg", "mul1"][cb]
+    worst = 0.0
+    for m in (1, 20):
+        x = torch.randn(m, k, dtype=torch.bfloat16).cuda()
+        ref = torch.cat([reference.linear_forward(x, t, su, sv, name, out_dtype=torch.float32)
+                         for t, su, sv in zip(trellis, suh, svh)], -1) + bias
+        xh = _ops.input_transform(x, suh)
+        for bm, split in ((16, 1), (16, 2), (32, 1), (64, 4), (128, 1)):
+            acc = workspace.splitk_acc(x.device) if split > 1 else xh
+            y = _ops.gemm(xh, trellis, svh, bias, cb, bm, split, acc, torch.bfloat16)
+            e = ((y.float() - ref).norm() / ref.norm()).item()
+            worst = max(worst, e)
+            print(f"gemm m={m} bm={bm} split={split}: rel err {e:.2e}")
+        w = _ops.reconstruct(trellis, suh, svh, cb, dtype=torch.bfloat16)
+        e = (((x @ w).float() + bias - ref).norm() / ref.norm()).item()
+        print(f"reconstruct m={m}: rel err {e:.2e}")
+        worst = max(worst, e / 4)  # bf16 W: 4x looser
+    lut = _ops.decode_lut(cb)
+    assert torch.equal(lut.cpu(), reference.codebook_lut(name))
+    torch.cuda.synchronize()
+    print(f"worst {worst:.2e}")
+    return 0 if worst < 1e-3 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
