@@ -1,7 +1,8 @@
 """One small call of every exl3_kernels op: the case compute-sanitizer (memcheck) runs on the GPU.
 
     compute-sanitizer --tool memcheck python3 tools/kernel_smoke.py
-Prints the relative error of each op against the pure-torch reference; exits non-zero above 1e-3.
+Prints the relative error of each op against the pure-torch reference; exits non-zero above 4e-3 (the
+outputs are bf16: ~1.1e-3 of rounding noise is expected).
 """
 from __future__ import annotations
 
@@ -39,12 +40,12 @@ def main() -> int:
         w = _ops.reconstruct(trellis, suh, svh, cb, dtype=torch.bfloat16)
         e = (((x @ w).float() + bias - ref).norm() / ref.norm()).item()
         print(f"reconstruct m={m}: rel err {e:.2e}")
-        worst = max(worst, e / 4)  # bf16 W: 4x looser
+        worst = max(worst, e / 2)  # bf16 W as well as bf16 y: 2x looser
     lut = _ops.decode_lut(cb)
     assert torch.equal(lut.cpu(), reference.codebook_lut(name))
     torch.cuda.synchronize()
     print(f"worst {worst:.2e}")
-    return 0 if worst < 1e-3 else 1
+    return 0 if worst < 4e-3 else 1
 
 
 if __name__ == "__main__":

@@ -178,11 +178,15 @@ def test_torch_compile_fullgraph():
     layer = Exl3Layer(trellis, suh, svh, cb, bias)
 
     def f(x):
-        return torch.nn.functional.silu(exl3_linear(x * 2.0, layer)) + 1.0
+        y = exl3_linear(x * 2.0, layer)
+        return y, torch.nn.functional.silu(y) + 1.0
 
     cf = torch.compile(f, fullgraph=True)
     x = torch.randn(8, 512, device="cuda", dtype=torch.float16)
-    torch.testing.assert_close(cf(x), f(x), rtol=0, atol=0)
+    (y_c, z_c), (y_e, z_e) = cf(x), f(x)
+    assert torch.equal(y_c, y_e)  # the op itself is opaque to inductor: bit-identical
+    # inductor fuses silu + add in fp32 with one rounding; eager rounds twice: 1 fp16 ulp apart at most
+    torch.testing.assert_close(z_c, z_e, rtol=1e-3, atol=1e-3)
 
 
 def test_deterministic_mode_bit_identical(monkeypatch):

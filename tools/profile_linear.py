@@ -1,0 +1,69 @@
+"""Break one EXL3 linear into its kernels and time each (CUDA graphs, cold L2), or run a few calls for ncu.
+
+    python3 tools/profile_linear.py breakdown --k 4096 --n 11008 --K 4 --m 1,16,128
+    ncu --clock-control none -k regex:gemm_kernel python3 tools/profile_linear.py ncu --k 4096 --n 11008 --K 4 --m 1 --bm 16 --split 7
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from timing import copies_for, graph_time_us  # noqa: E402
+
+from exl3_kernels import _ops, workspace  # noqa: E402
+from exl3_kernels.linear import Exl3Layer  # noqa: E402
+
+
+def layers(k, n, K, cb, count):
+    out = []
+    for s in range(count):
+        g = torch.Generator(device="cuda").manual_seed(s)
+        t = torch.randint(-32768, 32768, (k // 16, n // 16, int(16 * K)), generator=g, device="cuda", dtype=torch.int32).to(torch.int16)
+        out.append(Exl3Layer([t], [(torch.rand(k, device="cuda") / k ** 0.5).half()], [(torch.rand(n, device="cuda") + 0.5).half()], cb))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["breakdown", "ncu"])
+    ap.add_argument("--k", type=int, default=4096)
+    ap.add_argument("--n", type=int, default=11008)
+    ap.add_argument("--K", type=float, default=4)
+    ap.add_argument("--m", default="1")
+    ap.add_argument("--bm", type=int, default=16)
+    ap.add_argument("--split", type=int, default=1)
+    ap.add_argument("--cb", type=int, default=1)
+    a = ap.parse_args()
+    cbname = ["3inst", "mcg", "mul1"][a.cb]
+    Ls = layers(a.k, a.n, a.K, cbname, copies_for(int(a.k * a.n * a.K / 8)) if a.mode == "breakdown" else 1)
+    for m in [int(v) for v in a.m.split(",")]:
+        x = torch.randn(m, a.k, device="cuda", dtype=torch.bfloat16)
+        acc = workspace.splitk_acc(x.device)
+        if a.mode == "ncu":
+            for _ in range(3):
+                xh = _ops.input_transform(x, Ls[0].suh)
+                _ops.gemm(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, a.bm, a.split, acc, x.dtype)
+                _ops.reconstruct(Ls[0].trellis, Ls[0].suh, Ls[0].svh, a.cb, dtype=x.dtype)
+            torch.cuda.synchronize()
+            continue
+        xh = _ops.input_transform(x, Ls[0].suh)
+        t_in = graph_time_us([lambda L=L: _ops.input_transform(x, L.suh) for L in Ls])
+        rows = [f"m={m}: input_transform {t_in:.1f} us"]
+        for bm in [b for c, b in _ops.built_instances() if c == a.cb]:
+            for split in (1, 2, 4, 8, 16):
+                if split > 1 and m * a.n > workspace.splitk_capacity():
+                    continue
+                t = graph_time_us([lambda L=L: _ops.gemm(xh, L.trellis, L.svh, None, a.cb, bm, split, acc, x.dtype) for L in Ls])
+                rows.append(f"  gemm bm={bm} split={split}: {t:.1f} us")
+        t_rc = graph_time_us([lambda L=L: _ops.reconstruct(L.trellis, L.suh, L.svh, a.cb, dtype=x.dtype) for L in Ls])
+        t_rc0 = graph_time_us([lambda L=L: _ops.reconstruct(L.trellis, L.suh, L.svh, a.cb, dtype=x.dtype, transform=False) for L in Ls])
+        rows.append(f"  reconstruct {t_rc:.1f} us (no transform: {t_rc0:.1f} us)")
+        print("\n".join(rows), flush=True)
+
+
+if __name__ == "__main__":
+    main()
