@@ -104,29 +104,49 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   uint16_t* a_smem = reinterpret_cast<uint16_t*>(smem);
   uint32_t* b_smem = reinterpret_cast<uint32_t*>(smem + kStages * a_stage_bytes(BM));
 
+  // cp.async work of this thread, fixed for the whole k loop (computed once; each stage only adds the
+  // k offset). A: BM rows x 8 chunks of 16 bytes; B: 4 tile rows x 8 tiles x kTileWords words = 8 * K2
+  // chunks per tile row.
+  constexpr int kAChunks = BM * 8;
+  constexpr int kAPer = (kAChunks + kThreads - 1) / kThreads;
+  constexpr int kBChunksRow = 2 * kTileWords;  // 16-byte chunks per tile row of 8 tiles
+  constexpr int kBChunks = (kBK / 16) * kBChunksRow;
+  constexpr int kBPer = (kBChunks + kThreads - 1) / kThreads;
+  const uint16_t* a_src[kAPer];
+  int a_dst[kAPer], a_bytes[kAPer];
+#pragma unroll
+  for (int j = 0; j < kAPer; ++j) {
+    const int c = tid + j * kThreads;
+    const int r = c >> 3, ch = c & 7;
+    const bool ok = c < kAChunks && r < rows_here;
+    a_src[j] = sh.xh + (ok ? (int64_t)(row0 + r) * p.k + k16_begin * 16 + ch * 8 : 0);
+    a_dst[j] = c < kAChunks ? r * kBK + ((ch ^ (r & 7)) * 8) : -1;
+    a_bytes[j] = ok ? 16 : 0;
+  }
+  const uint32_t* b_src[kBPer];
+  int b_dst[kBPer];
+#pragma unroll
+  for (int j = 0; j < kBPer; ++j) {
+    const int c = tid + j * kThreads;
+    const int i = c / kBChunksRow, ch = c % kBChunksRow;
+    b_src[j] = sh.trellis + ((int64_t)(k16_begin + i) * tiles_n + tn0) * kTileWords + ch * 4;
+    b_dst[j] = c < kBChunks ? i * (8 * kTileWords) + ch * 4 : -1;
+  }
+  const int64_t b_stage_step = (int64_t)(kBK / 16) * tiles_n * kTileWords;  // words per stage
+
   auto load_stage = [&](int stage, int buf) {
-    const int k0 = k16_begin * 16 + stage * kBK;
-    // A: BM rows x 8 chunks of 16 bytes
-    uint16_t* a_dst = a_smem + buf * (BM * kBK);
+    uint16_t* a_dst_buf = a_smem + buf * (BM * kBK);
 #pragma unroll
-    for (int c = tid; c < BM * 8; c += kThreads) {
-      const int r = c >> 3, ch = c & 7;
-      const bool ok = r < rows_here;
-      const uint16_t* src = sh.xh + (ok ? (int64_t)(row0 + r) * p.k + k0 + ch * 8 : 0);
-      cp_async16(a_dst + r * kBK + ((ch ^ (r & 7)) * 8), src, ok ? 16 : 0);
-    }
-    // B: 4 tile rows, each 8 tiles x kTileWords words contiguous = 2 * K2 * 4 chunks of 16 bytes
-    uint32_t* b_dst = b_smem + buf * ((kBK / 16) * 8 * kTileWords);
-    constexpr int kChunksPerRow = 8 * kTileWords / 4;
+    for (int j = 0; j < kAPer; ++j)
+      if (kAChunks % kThreads == 0 || a_dst[j] >= 0)
+        cp_async16(a_dst_buf + a_dst[j], a_src[j] + (a_bytes[j] ? stage * kBK : 0), a_bytes[j]);
+    uint32_t* b_dst_buf = b_smem + buf * ((kBK / 16) * 8 * kTileWords);
 #pragma unroll
-    for (int c = tid; c < (kBK / 16) * kChunksPerRow; c += kThreads) {
-      const int i = c / kChunksPerRow, ch = c % kChunksPerRow;
-      const int tk = k0 / 16 + i;
-      const uint32_t* src = sh.trellis + ((int64_t)tk * tiles_n + tn0) * kTileWords + ch * 4;
-      cp_async16(b_dst + i * (8 * kTileWords) + ch * 4, src);
-    }
+    for (int j = 0; j < kBPer; ++j)
+      if (kBChunks % kThreads == 0 || b_dst[j] >= 0) cp_async16(b_dst_buf + b_dst[j], b_src[j] + stage * b_stage_step);
   };
 
+  const DecodeConsts dk = DecodeConsts::make();
   float acc[kMB][2][4];
 #pragma unroll
   for (int mb = 0; mb < kMB; ++mb)
@@ -162,7 +182,7 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk) {
       uint32_t frag[4];
-      decode_tile_fragments<CB, K2>(b_buf + (kk * 8 + warp) * kTileWords, lane, frag);
+      decode_tile_fragments<CB, K2>(b_buf + (kk * 8 + warp) * kTileWords, lane, frag, dk);
 #pragma unroll
       for (int mb = 0; mb < kMB; ++mb) {
         if (mb < valid_mb) {
@@ -210,8 +230,15 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   }
 }
 
+// Minimum resident blocks per SM requested from ptxas (caps registers at 65536 / (256 * n)): decode
+// latency is hidden by warps, so the small tiers trade a few registers for occupancy.
+template <int BM>
+struct GemmOccupancy {
+  static constexpr int kMinBlocks = BM <= 16 ? 4 : (BM <= 32 ? 3 : 2);
+};
+
 template <int CB, int BM>
-__global__ void __launch_bounds__(kThreads) gemm_kernel(const __grid_constant__ GemmParams p) {
+__global__ void __launch_bounds__(kThreads, GemmOccupancy<BM>::kMinBlocks) gemm_kernel(const __grid_constant__ GemmParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int col0 = blockIdx.x * 128;
   int s = 0;

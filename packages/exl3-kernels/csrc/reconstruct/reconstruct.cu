@@ -1,28 +1,39 @@
-// Dense reconstruction of a (fused) EXL3 layer, used by the large-m path (W then one cuBLAS GEMM) and,
+// Dense reconstruction of a (fused) EXL3 layer, used by the large-m path (W, then one cuBLAS GEMM) and,
 // with transform = 0, by the decoder tests (Ŵ bit-exact against exllamav3's reconstruct).
 //
 //   W[k, c] = suh[k] * (H_k Ŵ H_n)[k, c] * svh[c] / 128      (docs/exl3-format.md §4.2)
 //
-// One block per 128 x 128 super-tile (8 x 8 trellis tiles), 8 warps; warp w decodes trellis tile column
-// w for the 8 tile rows. The decoded values of a lane (8 tiles x 8 fragment values, trellis.cuh) cover
-// k-rows {2q, 2q+1, 2q+8, 2q+9} + 16 i of its column, so the 128-point k-direction FWHT runs in
-// registers (index bits 0, 3 = fragment value bits, bits 4-6 = tile row i) plus two shuffle stages
-// (bits 1, 2 = lane bits 0, 1). The block then stages fp32 [128][132] in shared memory: stride 132 is
-// 4 banks per row, so a fragment store (rows 2q + c, columns g + c') hits bank 8q + g + c'': 32 distinct
-// banks. Each warp finally reads whole rows as float4 (conflict-free), runs the n-direction FWHT
-// (hadamard.cuh), scales, rounds once and writes 8 bytes per lane (coalesced rows of the output).
+// One block per 128 x 128 super-tile (8 x 8 trellis tiles), 8 warps; warp w decodes trellis tile column w
+// (16 output columns) for the 8 tile rows.
+//
+// k direction (H_k = H_8 (x) H_16 over k bits 4-6 and 0-3). The decoder yields each tile directly as
+// mma.m16n8k16 B fragments, so the 16-point part is one tensor-core product per n8 half:
+// C = H16 * Ŵ_tile with H16 (+-1 entries, exact in fp16) as the A operand and fp32 accumulation (the
+// sums of 16 decoded fp16 values are exact or within 1 fp32 ulp). The 8-point part over the 8 tile rows is
+// done on the fp32 C fragments in registers (3 butterfly stages). This replaced a register + shuffle
+// FWHT that needed two shuffle stages per value.
+// n direction. C fragments are staged as fp32 [128][kRcStride] in shared memory, then thread t owns half
+// a row (row t / 2, columns with bit 6 = t % 2): 16 float4 loads, 6 butterfly stages in registers, one
+// shuffle stage with the partner lane (t ^ 1) for bit 6, scale by suh[k] * svh[c] / 128, one rounding,
+// 8 x 16-byte stores.
+// Bank layout of the staging buffer: row stride 136 floats (8 banks per row) and the right half of every
+// row shifted by 4 floats. The C-fragment float2 stores of a half warp (rows g = 0..3, columns 2q) hit
+// banks 8g + 2q: conflict-free; the float4 loads of a quarter warp (4 rows x 2 halves) hit 8r + 4h:
+// conflict-free.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "exl3/codebook.cuh"
-#include "exl3/hadamard.cuh"
+#include "exl3/mma.cuh"
 #include "exl3/params.h"
 #include "exl3/trellis.cuh"
 
 namespace exl3 {
 
-constexpr int kRcStride = 132;
+constexpr int kRcStride = 136;
 constexpr int kRcSmem = 128 * kRcStride * 4;  // >= 64 tiles x 64 words x 4 bytes (K = 8)
+
+__device__ __forceinline__ int rc_col(int c) { return c + ((c >> 6) << 2); }  // right half shifted by 4
 
 __device__ __forceinline__ void bfly(float& lo, float& hi) {
   const float a = lo, b = hi;
@@ -30,11 +41,24 @@ __device__ __forceinline__ void bfly(float& lo, float& hi) {
   hi = a - b;
 }
 
+// A fragment of H16[r][c] = (-1)^popcount(r & c) for mma.m16n8k16 (g = lane / 4, q = lane % 4):
+// a0 = rows g, cols 2q, 2q+1; a1 = rows g+8; a2 = cols +8; a3 = both.
+__device__ __forceinline__ void h16_a_fragment(int lane, uint32_t a[4]) {
+  const int g = lane >> 2, q = lane & 3;
+  auto entry = [](int r, int c) -> uint32_t { return (__popc(r & c) & 1) ? 0xBC00u : 0x3C00u; };  // -1.0 / +1.0
+  auto pair = [&](int r, int c) -> uint32_t { return entry(r, c) | (entry(r, c + 1) << 16); };
+  a[0] = pair(g, 2 * q);
+  a[1] = pair(g + 8, 2 * q);
+  a[2] = pair(g, 2 * q + 8);
+  a[3] = pair(g + 8, 2 * q + 8);
+}
+
 template <int CB, int K2>
 __device__ __forceinline__ void reconstruct_block(const ReconstructParams& p, const GemmShard& sh, int s,
                                                   uint8_t* smem) {
   constexpr int kTileWords = 4 * K2;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, q = lane & 3;
   const int kb = blockIdx.x;
   const int col0 = p.col_begin + blockIdx.y * 128;
   const int tn0 = (col0 - sh.col_offset) / 16;
@@ -49,86 +73,114 @@ __device__ __forceinline__ void reconstruct_block(const ReconstructParams& p, co
   }
   __syncthreads();
 
-  float v[8][8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    uint32_t frag[4];
-    decode_tile_fragments<CB, K2>(tiles + (i * 8 + warp) * kTileWords, lane, frag);
-#pragma unroll
-    for (int jj = 0; jj < 4; ++jj) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&frag[jj]));
-      v[i][2 * jj] = f.x;
-      v[i][2 * jj + 1] = f.y;
-    }
-  }
-  __syncthreads();  // tiles consumed; the buffer becomes the fp32 staging area
-
+  const DecodeConsts dk = DecodeConsts::make();
+  float* st = reinterpret_cast<float*>(smem);
   if (p.transform) {
+    uint32_t h16[4];
+    h16_a_fragment(lane, h16);
+    float c[8][2][4];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
+      uint32_t frag[4];
+      decode_tile_fragments<CB, K2>(tiles + (i * 8 + warp) * kTileWords, lane, frag, dk);
 #pragma unroll
-      for (int j = 0; j < 8; j += 2) bfly(v[i][j], v[i][j + 1]);        // k bit 0
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        if (!(j & 2)) bfly(v[i][j], v[i][j + 2]);                         // k bit 3
+      for (int h = 0; h < 2; ++h) {
+        c[i][h][0] = c[i][h][1] = c[i][h][2] = c[i][h][3] = 0.f;
+        mma_16816(c[i][h], h16, frag[2 * h], frag[2 * h + 1]);
+      }
     }
 #pragma unroll
-    for (int m = 1; m <= 2; m <<= 1) {                                    // k bits 1, 2 (lane bits 0, 1)
-      const bool upper = (lane & m) != 0;
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const float o = __shfl_xor_sync(0xffffffffu, v[i][j], m);
-          v[i][j] = upper ? (o - v[i][j]) : (v[i][j] + o);
-        }
-    }
-#pragma unroll
-    for (int b = 1; b < 8; b <<= 1)                                       // k bits 4..6 (tile row i)
+    for (int b = 1; b < 8; b <<= 1)  // k bits 4..6: across the 8 tile rows
 #pragma unroll
       for (int i = 0; i < 8; ++i)
         if (!(i & b))
 #pragma unroll
-          for (int j = 0; j < 8; ++j) bfly(v[i][j], v[i + b][j]);
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) bfly(c[i][h][e], c[i + b][h][e]);
+    __syncthreads();  // all warps are done reading the trellis tiles: reuse the buffer
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int col = rc_col(16 * warp + 8 * h + 2 * q);
+        *reinterpret_cast<float2*>(st + (16 * i + g) * kRcStride + col) = make_float2(c[i][h][0], c[i][h][1]);
+        *reinterpret_cast<float2*>(st + (16 * i + g + 8) * kRcStride + col) = make_float2(c[i][h][2], c[i][h][3]);
+      }
+  } else {
+    float v[8][8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      uint32_t frag[4];
+      decode_tile_fragments<CB, K2>(tiles + (i * 8 + warp) * kTileWords, lane, frag, dk);
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&frag[jj]));
+        v[i][2 * jj] = f.x;
+        v[i][2 * jj + 1] = f.y;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        st[(16 * i + frag_row(lane, j)) * kRcStride + rc_col(16 * warp + frag_col(lane, j))] = v[i][j];
   }
-
-  float* st = reinterpret_cast<float*>(smem);
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      st[(16 * i + frag_row(lane, j)) * kRcStride + 16 * warp + frag_col(lane, j)] = v[i][j];
   __syncthreads();
 
-  const int ldw = p.col_end - p.col_begin;
-  const int sc = col0 - sh.col_offset + 4 * lane;  // column inside the shard
-  float2 s01 = make_float2(1.f, 1.f), s23 = make_float2(1.f, 1.f);
-  if (p.transform) {
-    const uint2 sv = *reinterpret_cast<const uint2*>(sh.svh + sc);
-    s01 = __half22float2(*reinterpret_cast<const __half2*>(&sv.x));
-    s23 = __half22float2(*reinterpret_cast<const __half2*>(&sv.y));
+  // n direction: thread owns half a row.
+  const int row = tid >> 1, half = tid & 1;
+  const float* src = st + row * kRcStride + rc_col(64 * half);
+  float w[64];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const float4 t = *reinterpret_cast<const float4*>(src + 4 * j);
+    w[4 * j] = t.x; w[4 * j + 1] = t.y; w[4 * j + 2] = t.z; w[4 * j + 3] = t.w;
   }
-  for (int rr = 0; rr < 16; ++rr) {
-    const int row = warp + 8 * rr;
-    const float4 t = *reinterpret_cast<const float4*>(st + row * kRcStride + 4 * lane);
-    float w[4] = {t.x, t.y, t.z, t.w};
-    if (p.transform) {
-      fwht128_lane4(w, lane);
-      const float su = __half2float(*reinterpret_cast<const __half*>(p.suh[s] + 128 * kb + row)) * (1.f / 128.f);
-      w[0] *= su * s01.x; w[1] *= su * s01.y; w[2] *= su * s23.x; w[3] *= su * s23.y;
+  const int sc0 = col0 - sh.col_offset + 64 * half;  // first column of this half inside the shard
+  if (p.transform) {
+#pragma unroll
+    for (int b = 1; b < 64; b <<= 1)
+#pragma unroll
+      for (int j = 0; j < 64; ++j)
+        if (!(j & b)) bfly(w[j], w[j + b]);
+#pragma unroll
+    for (int j = 0; j < 64; ++j) {  // column bit 6: partner lane holds the other half
+      const float o = __shfl_xor_sync(0xffffffffu, w[j], 1);
+      w[j] = half ? (o - w[j]) : (w[j] + o);
     }
-    const int64_t off = (int64_t)(128 * kb + row) * ldw + (col0 - p.col_begin) + 4 * lane;
-    uint2 u;
-    if (p.w_bf16) {
-      __nv_bfloat162 a = __floats2bfloat162_rn(w[0], w[1]), b = __floats2bfloat162_rn(w[2], w[3]);
-      u.x = *reinterpret_cast<uint32_t*>(&a);
-      u.y = *reinterpret_cast<uint32_t*>(&b);
-    } else {
-      __half2 a = __floats2half2_rn(w[0], w[1]), b = __floats2half2_rn(w[2], w[3]);
-      u.x = *reinterpret_cast<uint32_t*>(&a);
-      u.y = *reinterpret_cast<uint32_t*>(&b);
+    const float su = __half2float(*reinterpret_cast<const __half*>(p.suh[s] + 128 * kb + row)) * (1.f / 128.f);
+    const uint4* svp = reinterpret_cast<const uint4*>(sh.svh + sc0);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint4 sv = svp[j];
+      const uint32_t sw[4] = {sv.x, sv.y, sv.z, sv.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&sw[e]));
+        w[8 * j + 2 * e] *= su * f.x;
+        w[8 * j + 2 * e + 1] *= su * f.y;
+      }
     }
-    *reinterpret_cast<uint2*>(reinterpret_cast<uint16_t*>(p.w) + off) = u;
+  }
+  const int ldw = p.col_end - p.col_begin;
+  uint4* dst = reinterpret_cast<uint4*>(reinterpret_cast<uint16_t*>(p.w) + (int64_t)(128 * kb + row) * ldw +
+                                        (col0 - p.col_begin) + 64 * half);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    uint32_t u[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (p.w_bf16) {
+        __nv_bfloat162 t = __floats2bfloat162_rn(w[8 * j + 2 * e], w[8 * j + 2 * e + 1]);
+        u[e] = *reinterpret_cast<uint32_t*>(&t);
+      } else {
+        __half2 t = __floats2half2_rn(w[8 * j + 2 * e], w[8 * j + 2 * e + 1]);
+        u[e] = *reinterpret_cast<uint32_t*>(&t);
+      }
+    }
+    dst[j] = make_uint4(u[0], u[1], u[2], u[3]);
   }
 }
 
@@ -185,7 +237,7 @@ cudaError_t launch_reconstruct(const ReconstructParams& p, int codebook, cudaStr
 template <int CB>
 __global__ void decode_lut_kernel(uint32_t* out) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;  // pair index
-  if (i < 32768) out[i] = decode_pair<CB>(2 * i, 2 * i + 1);
+  if (i < 32768) out[i] = decode_pair<CB>(2 * i, 2 * i + 1, DecodeConsts::make());
 }
 
 cudaError_t launch_decode_lut(uint16_t* out, int codebook, cudaStream_t stream) {

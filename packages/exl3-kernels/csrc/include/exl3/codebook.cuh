@@ -9,7 +9,7 @@
 //                 v = fp16(fp16(0x6400 + b) * 0x1EEE + 0xC931), one rounding (fma)
 //   lop3 step:    x' = (x & 0x8FFF8FFF) ^ 0x3B603B60; v = fp16(lo16(x') + hi16(x')) as fp16 values
 //
-// Instruction budget (per weight, SASS on sm_90): 3inst/mcg = IMAD + LOP3 + (PRMT x2 + HADD2)/2;
+// Instruction budget (per weight, SASS on sm_90): 3inst/mcg = IMAD + LOP3 + HADD2 + PRMT/2;
 // mul1 = IMAD + IDP4A + (PRMT + HFMA2)/2. Two states are decoded together so that the final
 // fp16 add / fma runs as one packed half2 instruction per pair, and the pair lands directly in the
 // 32-bit register layout the mma B fragment wants (lower k index in the low half).
@@ -28,22 +28,36 @@ constexpr uint32_t kMul1Mul = 0x83DCD12Du;  // also the value of the `.mul1` mar
 constexpr uint32_t kMul1InvHalf2 = 0x1EEE1EEEu;   // fp16 0x1EEE = 0.00676727294921875 = 1774 * 2^-18, both halves
 constexpr uint32_t kMul1BiasHalf2 = 0xC931C931u;  // fp16 0xC931 = -10.3828125, both halves
 
-__device__ __forceinline__ uint32_t hadd2_u32(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-
 __device__ __forceinline__ uint32_t hfma2_u32(uint32_t a, uint32_t b, uint32_t c) {
   uint32_t d;
   asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
   return d;
 }
 
+// Loop-invariant constants the decoder needs in registers. SASS LOP3 takes one 32-bit immediate, so
+// (x & 0x8FFF8FFF) ^ 0x3B603B60 is one LOP3 only when 0x3B603B60 sits in a register; left to itself ptxas
+// folds both constants and emits two LOP3s per weight (seen in the sm_90 SASS). The volatile mov hides
+// the value from constant folding; build this once per thread, outside the k loop.
+struct DecodeConsts {
+  uint32_t lop_xor;
+  __device__ __forceinline__ static DecodeConsts make() {
+    DecodeConsts c;
+    asm volatile("mov.b32 %0, 0x3B603B60;" : "=r"(c.lop_xor));
+    return c;
+  }
+};
+
+// (x & 0x8FFF8FFF) ^ xor_reg as a single LOP3 (immLut 0x6A = (a & b) ^ c).
+__device__ __forceinline__ uint32_t lop3_and_xor(uint32_t x, uint32_t xor_reg) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, 0x8FFF8FFF, %2, 0x6A;" : "=r"(d) : "r"(x), "r"(xor_reg));
+  return d;
+}
+
 // Decode states s0, s1 (values 0..65535, upper 16 bits zero) into a packed half2:
 // low half = decode(s0), high half = decode(s1).
 template <int CB>
-__device__ __forceinline__ uint32_t decode_pair(uint32_t s0, uint32_t s1) {
+__device__ __forceinline__ uint32_t decode_pair(uint32_t s0, uint32_t s1, const DecodeConsts& k) {
   if constexpr (CB == kCbMul1) {
     uint32_t x0 = s0 * kMul1Mul;
     uint32_t x1 = s1 * kMul1Mul;
@@ -62,12 +76,18 @@ __device__ __forceinline__ uint32_t decode_pair(uint32_t s0, uint32_t s1) {
       x0 = s0 * kMcgMul;
       x1 = s1 * kMcgMul;
     }
-    // (x & 0x8FFF8FFF) ^ 0x3B603B60 compiles to one LOP3 (immLut 0x6A).
-    x0 = (x0 & 0x8FFF8FFFu) ^ 0x3B603B60u;
-    x1 = (x1 & 0x8FFF8FFFu) ^ 0x3B603B60u;
-    uint32_t lo = __byte_perm(x0, x1, 0x5410);  // (lo16(x0), lo16(x1))
-    uint32_t hi = __byte_perm(x0, x1, 0x7632);  // (hi16(x0), hi16(x1))
-    return hadd2_u32(lo, hi);
+    x0 = lop3_and_xor(x0, k.lop_xor);
+    x1 = lop3_and_xor(x1, k.lop_xor);
+    // lo16 + hi16 of each word as one HADD2 with operand half-selectors (x.H0_H0 + x.H1_H1, FMA pipe),
+    // then one PRMT packs the two sums. The alternative (two PRMTs building (lo0, lo1) and (hi0, hi1),
+    // one HADD2) puts 2 instead of 1 instruction per pair on the integer pipe, which is the pipe the
+    // decode saturates (ncu on H200: ALU 58% vs FMA < 20%, docs/kernels.md).
+    const __half2 h0 = *reinterpret_cast<const __half2*>(&x0);
+    const __half2 h1 = *reinterpret_cast<const __half2*>(&x1);
+    const __half2 v0 = __hadd2(__low2half2(h0), __high2half2(h0));
+    const __half2 v1 = __hadd2(__low2half2(h1), __high2half2(h1));
+    const __half2 v = __lows2half2(v0, v1);
+    return *reinterpret_cast<const uint32_t*>(&v);
   }
 }
 

@@ -46,6 +46,9 @@ struct TrellisBits {
 };
 
 // Extract 16 bits at MSB-first offset O (compile time) from the normalized 96-bit window u0:u1:u2.
+// One ALU instruction when the state is word- or byte-aligned (SHF, LOP3 or PRMT), two otherwise.
+// Moving the shifts onto the FMA pipe (IMAD.SHL + IMAD.HI) was measured 10-25% slower on the H200
+// (IMAD.HI issues at a fraction of the IMAD rate; docs/kernels.md, "extraction").
 template <int O>
 __device__ __forceinline__ uint32_t window_bits16(uint32_t u0, uint32_t u1, uint32_t u2) {
   static_assert(O >= 0 && O + 16 <= 96, "state outside the window");
@@ -57,11 +60,11 @@ __device__ __forceinline__ uint32_t window_bits16(uint32_t u0, uint32_t u1, uint
   } else if constexpr (ob == 16) {
     return a & 0xFFFFu;
   } else if constexpr (ob == 8) {
-    return __byte_perm(a, 0u, 0x4421);  // bytes 1,2 of a, zero above: (a >> 8) & 0xFFFF in one PRMT
+    return __byte_perm(a, 0u, 0x4421);  // (a >> 8) & 0xFFFF in one PRMT
   } else if constexpr (ob < 16) {
     return (a >> (16 - ob)) & 0xFFFFu;
   } else {
-    static_assert(wi < 2 || ob <= 16, "straddles past the window");
+    static_assert(wi < 2, "straddles past the window");
     const uint32_t b = wi == 0 ? u1 : u2;
     // bits [ob, ob+16) of a:b (64 bits MSB-first) = (a:b) >> (48 - ob), low 16 bits
     return __funnelshift_r(b, a, 48 - ob) & 0xFFFFu;
@@ -88,7 +91,8 @@ __device__ __forceinline__ void load_lane_window(const uint32_t* tile, int lane,
 
 // Decode lane's 8 positions of one tile into 4 half2 B-fragment registers.
 template <int CB, int K2>
-__device__ __forceinline__ void decode_tile_fragments(const uint32_t* tile, int lane, uint32_t frag[4]) {
+__device__ __forceinline__ void decode_tile_fragments(const uint32_t* tile, int lane, uint32_t frag[4],
+                                                      const DecodeConsts& k) {
   using B = TrellisBits<K2>;
   uint32_t u0, u1, u2;
   load_lane_window<K2>(tile, lane, u0, u1, u2);
@@ -101,10 +105,10 @@ __device__ __forceinline__ void decode_tile_fragments(const uint32_t* tile, int 
   s[5] = window_bits16<B::state_offset(5)>(u0, u1, u2);
   s[6] = window_bits16<B::state_offset(6)>(u0, u1, u2);
   s[7] = window_bits16<B::state_offset(7)>(u0, u1, u2);
-  frag[0] = decode_pair<CB>(s[0], s[1]);
-  frag[1] = decode_pair<CB>(s[2], s[3]);
-  frag[2] = decode_pair<CB>(s[4], s[5]);
-  frag[3] = decode_pair<CB>(s[6], s[7]);
+  frag[0] = decode_pair<CB>(s[0], s[1], k);
+  frag[1] = decode_pair<CB>(s[2], s[3], k);
+  frag[2] = decode_pair<CB>(s[4], s[5], k);
+  frag[3] = decode_pair<CB>(s[6], s[7], k);
 }
 
 // (row, col) inside the 16x16 tile of fragment value v (0..7) of lane t (for stores of decoded
