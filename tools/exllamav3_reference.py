@@ -13,6 +13,7 @@ exact converter arguments, exllamav3 version).
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import shutil
 import sys
@@ -89,7 +90,7 @@ def main_() -> int:
     a = ap.parse_args()
     from safetensors.torch import save_file
 
-    import exllamav3
+    import exllamav3  # noqa: F401  (builds its extension on first import)
 
     t0 = time.time()
     srcs = {"llama": a.llama,
@@ -99,7 +100,7 @@ def main_() -> int:
             ("tiny-llama-3.0bpw-mul1-hb6", "llama", 3.0, 6.0, "mul1"),
             ("tiny-qwen2-random-4.0bpw-mul1", "qwen2", 4.0, 6.0, "mul1"),
             ("tiny-qwen3-random-4.0bpw-mcg", "qwen3", 4.0, 6.0, "mcg")]
-    commands, tensors = {"exllamav3": exllamav3.__version__, "jobs": {}}, {}
+    commands, tensors = {"exllamav3": importlib.metadata.version("exllamav3"), "jobs": {}}, {}
     for name, src, bits, hb, cb in jobs:
         out = a.out / name
         try:

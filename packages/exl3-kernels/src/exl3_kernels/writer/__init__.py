@@ -1,0 +1,86 @@
+"""EXL3 checkpoint writer: synthetic or greedily encoded checkpoints for tests and benchmarks.
+
+See docs/checkpoint-writer.md. Entry points: :func:`write_checkpoint`, :func:`plan_checkpoint`, the presets
+(:data:`PRESETS`) and the per-architecture tensor lists (:mod:`.arch`); CLI ``exl3-write-checkpoint``.
+"""
+
+from .arch import (
+    ARCHITECTURES,
+    DenseSpec,
+    LinearSpec,
+    architecture_of,
+    decoder_linears,
+    dense_tensors,
+    head_linear,
+    hf_tensor_shapes,
+    modules_in_order,
+)
+from .checkpoint import (
+    DEFAULT_SHARD_BYTES,
+    WEIGHT_MODES,
+    Plan,
+    achieved_bits,
+    checkpoint_config,
+    plan_bytes,
+    plan_checkpoint,
+    quantization_config,
+    resolve_glob,
+    tensor_storage,
+    write_checkpoint,
+    writer_version,
+)
+from .presets import (
+    PRESETS,
+    TINY_PRESETS,
+    dense_27b,
+    llama_8b,
+    preset,
+    qwen3_30b_a3b,
+    qwen3_32b,
+    tiny_deepseek_v3,
+    tiny_llama,
+    tiny_qwen2,
+    tiny_qwen3,
+    tiny_qwen3_moe,
+)
+from .quantize import QuantizedLinear, encode_linear, greedy_encode, random_linear
+
+__all__ = [
+    "ARCHITECTURES",
+    "DEFAULT_SHARD_BYTES",
+    "PRESETS",
+    "TINY_PRESETS",
+    "WEIGHT_MODES",
+    "DenseSpec",
+    "LinearSpec",
+    "Plan",
+    "QuantizedLinear",
+    "achieved_bits",
+    "architecture_of",
+    "checkpoint_config",
+    "decoder_linears",
+    "dense_27b",
+    "dense_tensors",
+    "encode_linear",
+    "greedy_encode",
+    "head_linear",
+    "hf_tensor_shapes",
+    "llama_8b",
+    "modules_in_order",
+    "plan_bytes",
+    "plan_checkpoint",
+    "preset",
+    "quantization_config",
+    "qwen3_30b_a3b",
+    "qwen3_32b",
+    "random_linear",
+    "resolve_glob",
+    "tensor_storage",
+    "tiny_deepseek_v3",
+    "tiny_llama",
+    "tiny_qwen2",
+    "tiny_qwen3",
+    "tiny_qwen3_moe",
+    "write_checkpoint",
+    "writer_version",
+]
