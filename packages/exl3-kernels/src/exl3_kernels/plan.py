@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 BM_TIERS = (16, 32, 64, 128)
 MIN_STAGES_PER_SPLIT = 4  # k rows per split >= 4 pipeline stages of 64 rows: below that the prologue dominates
+# Resident GEMM blocks per SM by BM tier: the __launch_bounds__ minimum of csrc/gemm/gemm_kernel.cuh
+# (GemmOccupancy), which caps registers so that this many 256-thread blocks fit.
+BLOCKS_PER_SM = {16: 4, 32: 3, 64: 2, 128: 2}
 
 
 @dataclass(frozen=True)
@@ -79,26 +82,51 @@ def splitk_allowed(shape: LayerShape, m: int, split: int, acc_capacity: int, l2_
     return traffic <= 0.5 * shape.trellis_bytes
 
 
+def wave_efficiency(blocks: int, capacity: int) -> float:
+    """Fraction of the block slots of ceil(blocks / capacity) full waves that do work (1.0 = no tail)."""
+    waves = math.ceil(blocks / capacity)
+    return blocks / (waves * capacity)
+
+
+def wave_splits(shape: LayerShape, m: int, bm: int, sm_count: int, max_waves: int = 4) -> list[int]:
+    """Split-k factors that fill whole waves: for w = 1..max_waves the largest split whose grid fits in w
+    waves of resident blocks (GEMM grids here are a few waves at most, so the tail wave costs up to 50%)."""
+    blocks = (shape.n_total // 128) * math.ceil(m / bm)
+    cap = BLOCKS_PER_SM.get(bm, 2) * sm_count
+    out = set()
+    for w in range(1, max_waves + 1):
+        s = (w * cap) // blocks
+        if 2 <= s <= max_split(shape):
+            out.add(s)
+    return sorted(out)
+
+
 def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, recon_min_m: int = 1024,
                built_bm: tuple[int, ...] = BM_TIERS, deterministic: bool = False) -> Plan:
     """Heuristic plan without timing.
 
     - m >= ``recon_min_m``: reconstruct (the GEMM decodes the trellis once per BM rows; cuBLAS wins once
       the decode is amortised over enough rows).
-    - else the smallest BM tier covering m (capped at the largest), and the split-k that brings the grid
-      to about 4 blocks per SM (2 for BM >= 64), within :func:`splitk_allowed` and :func:`max_split`.
+    - else the smallest BM tier covering m (capped at the largest), and, when the grid does not fill one
+      wave of resident blocks, the split-k with the best wave efficiency among the whole-wave fits
+      (:func:`wave_splits`), within :func:`splitk_allowed` and :func:`max_split`.
     - ``deterministic``: no split-k (no atomics).
     """
     if m >= recon_min_m:
         return Plan("reconstruct")
     bm = pick_bm(m, built_bm)
     blocks = (shape.n_total // 128) * math.ceil(m / bm)
-    target = sm_count * (4 if bm <= 32 else 2)
+    cap = BLOCKS_PER_SM.get(bm, 2) * sm_count
     split = 1
-    if not deterministic and blocks < target:
-        split = min(max_split(shape), math.ceil(target / blocks))
-        while split > 1 and not splitk_allowed(shape, m, split, acc_capacity):
-            split -= 1
+    if not deterministic and blocks < cap:
+        # fill at least one wave, then prefer the split with the least tail among the whole-wave fits
+        options = [s for s in wave_splits(shape, m, bm, sm_count) if splitk_allowed(shape, m, s, acc_capacity)]
+        if options:
+            split = max(options, key=lambda s: (wave_efficiency(blocks * s, cap), -s))
+        else:
+            split = min(max_split(shape), math.ceil(cap / blocks))
+            while split > 1 and not splitk_allowed(shape, m, split, acc_capacity):
+                split -= 1
     return Plan("gemm", bm, split)
 
 
@@ -113,10 +141,13 @@ def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
         splits = [1]
         if not deterministic:
             s = 2
+            pow2 = []
             while s <= max_split(shape) and blocks * s <= 16 * sm_count:
+                pow2.append(s)
+                s *= 2
+            for s in sorted(set(pow2) | set(wave_splits(shape, m, bm, sm_count))):
                 if splitk_allowed(shape, m, s, acc_capacity):
                     splits.append(s)
-                s *= 2
         out += [Plan("gemm", bm, s) for s in splits]
     if m >= 64:
         out.append(Plan("reconstruct"))

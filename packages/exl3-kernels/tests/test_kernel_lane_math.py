@@ -1,0 +1,54 @@
+"""The per-lane trellis window of the CUDA decoder (csrc/include/exl3/trellis.cuh), emulated on CPU.
+
+The kernel never runs here, so this test re-states its index arithmetic in Python, step for step: lane t
+loads 3 words starting at word floor(s0 / 32) with s0 = 8tK + floor(K) - 16 (mod 256K), funnel-shifts them
+left by s0 % 32, and reads state j at the compile-time offset o_j = E(8t + j) - E(8t). For every K (integer
+and half rates) and random trellises the states must equal the pure-torch reference's unpack, and every
+state must lie inside the 96 - r bits the window holds (the kernel's static assumption).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from exl3_kernels import reference
+
+ALL_K = [1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 8]
+
+
+def end_bit(j: int, k2: int) -> int:
+    """TrellisBits<K2>::end_bit."""
+    kf = k2 // 2
+    return (j + 1) * kf + ((j + 1) // 2 if k2 % 2 else 0)
+
+
+def lane_states(words: np.ndarray, k2: int) -> np.ndarray:
+    """States of all 256 positions of one tile as the kernel computes them (words: uint32[4 * k2])."""
+    n_words, n_bits, kf = 4 * k2, 128 * k2, k2 // 2
+    out = np.zeros(256, dtype=np.int64)
+    for t in range(32):
+        s0 = t * 4 * k2 + kf - 16
+        if s0 < 0:
+            s0 += n_bits
+        a, r = s0 >> 5, s0 & 31
+        w = [int(words[(a + i) % n_words]) for i in range(3)]
+        window = (((w[0] << 64) | (w[1] << 32) | w[2]) << r) & ((1 << 96) - 1)
+        for j in range(8):
+            o = end_bit(j, k2) - end_bit(0, k2)
+            assert o + 16 <= 96 - r, (k2, t, j)  # never needs a 4th word
+            out[8 * t + j] = (window >> (96 - o - 16)) & 0xFFFF
+    return out
+
+
+@pytest.mark.parametrize("K", ALL_K)
+def test_lane_window_reproduces_unpack(K):
+    k2 = int(round(2 * K))
+    g = torch.Generator().manual_seed(k2)
+    trellis = torch.randint(-32768, 32768, (3, 2, 8 * k2), generator=g, dtype=torch.int32).to(torch.int16)
+    states = reference.unpack_trellis(trellis, K).numpy()
+    for a in range(trellis.shape[0]):
+        for b in range(trellis.shape[1]):
+            u16 = trellis[a, b].numpy().view(np.uint16).astype(np.uint32)
+            words = u16[0::2] | (u16[1::2] << 16)  # little-endian 32-bit words
+            assert np.array_equal(lane_states(words, k2), states[a, b].astype(np.int64) & 0xFFFF), (K, a, b)

@@ -1,0 +1,61 @@
+"""The planner's rules (pure functions; the GPU autotuner times the candidates it proposes)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from exl3_kernels.plan import (BLOCKS_PER_SM, LayerShape, Plan, candidates, cost_model, m_bucket, max_split,
+                               pick_bm, splitk_allowed, wave_efficiency, wave_splits)
+
+SHAPES = [LayerShape(4096, (11008,), (8,), 1), LayerShape(17408, (5120,), (8,), 1),
+          LayerShape(4096, (4096, 1024, 1024), (8, 10, 10), 2), LayerShape(512, (256,), (4,), 0)]
+ACC = 16 << 20
+
+
+def test_buckets_and_tiers():
+    assert [m_bucket(m) for m in (1, 2, 3, 16, 17, 1000)] == [1, 2, 4, 16, 32, 1024]
+    assert [pick_bm(m) for m in (1, 16, 17, 33, 100, 129, 5000)] == [16, 16, 32, 64, 128, 128, 128]
+    assert pick_bm(20, (16, 64)) == 64
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("m", [1, 3, 16, 64, 100, 256])
+def test_cost_model_split_rules(shape, m):
+    p = cost_model(shape, m, 132, ACC)
+    assert p.path == "gemm" and p.bm == pick_bm(m)
+    assert 1 <= p.split <= max_split(shape)
+    assert splitk_allowed(shape, m, p.split, ACC)
+    blocks = (shape.n_total // 128) * math.ceil(m / p.bm)
+    cap = BLOCKS_PER_SM[p.bm] * 132
+    if p.split > 1:  # split only to fill the machine
+        assert blocks < cap
+    allowed = [s for s in range(1, max_split(shape) + 1) if splitk_allowed(shape, m, s, ACC)]
+    if blocks * max(allowed) < cap:  # cannot fill one wave: the largest allowed split
+        assert p.split == max(allowed)
+    else:  # never into a mostly empty extra wave
+        assert wave_efficiency(blocks * p.split, cap) >= 0.5
+
+
+def test_deterministic_and_reconstruct_threshold():
+    for shape in SHAPES:
+        assert cost_model(shape, 1, 132, ACC, deterministic=True).split == 1
+        assert all(c.split == 1 for c in candidates(shape, 8, 132, ACC, deterministic=True))
+        assert cost_model(shape, 1024, 132, ACC) == Plan("reconstruct")
+        assert cost_model(shape, 4096, 132, ACC, recon_min_m=8192).path == "gemm"
+
+
+def test_splitk_traffic_and_capacity():
+    big = LayerShape(4096, (151936,), (12,), 2)  # an lm_head
+    assert not splitk_allowed(big, 256, 2, acc_capacity=1 << 20)  # accumulator does not fit
+    small = LayerShape(4096, (4096,), (4,), 1)
+    assert splitk_allowed(small, 1, 16, ACC)
+    assert not splitk_allowed(small, 4096, 2, ACC)  # traffic far above the trellis bytes
+
+
+def test_wave_splits_fill_whole_waves():
+    shape = SHAPES[0]  # 86 column blocks
+    cap = BLOCKS_PER_SM[16] * 132
+    for s in wave_splits(shape, 1, 16, 132):
+        w = math.ceil(86 * s / cap)
+        assert 86 * s <= w * cap and 86 * (s + 1) > w * cap or s == max_split(shape)

@@ -1,0 +1,33 @@
+#!/bin/bash
+# Runs ON the GPU machine after the wheel parts arrived: installs vLLM's wheel set and our plugin wheel, runs
+# the vLLM end-to-end comparison on the real checkpoints (tools/vllm_e2e.py), `vllm serve` + an OpenAI
+# client request, and the final kernel benchmark. Carry: the op library, .whl (pytest + exl3_vllm wheel),
+# .device/kit. Usage: bash tools/device/vllm_session.sh <md5 of the wheel tar> [e2e|serve|bench|all]
+set -u
+what=${2:-all}
+export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 TORCH_CUDA_ARCH_LIST=9.0
+[ -f /tmp/site/vllm/__init__.py ] || bash .device/kit/install.sh "$1" || exit 1
+python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .whl/*.whl 2>/dev/null
+export PYTHONPATH=/tmp/site:$PWD/packages/exl3-kernels/src:$PWD/packages/exl3-format/src
+log=$OUT/session.log
+if [ "$what" = e2e ] || [ "$what" = all ]; then
+  timeout 330 python3 tools/vllm_e2e.py --out $OUT/e2e.json > $OUT/e2e.log 2>&1; echo "e2e rc=$?" | tee -a $log
+  grep -E '^\{' $OUT/e2e.log | tee -a $log
+fi
+if [ "$what" = serve ] || [ "$what" = all ]; then
+  ( timeout 150 python3 -m vllm.entrypoints.cli.main serve tests/data/exl3/tiny-llama-4.0bpw-mcg --dtype bfloat16 \
+      --max-model-len 256 --gpu-memory-utilization 0.25 --port 8011 > $OUT/serve.log 2>&1 & )
+  for i in $(seq 1 100); do curl -s localhost:8011/health >/dev/null && break; sleep 1; done
+  python3 - >> $log 2>&1 <<'PY'
+from openai import OpenAI
+c = OpenAI(base_url="http://localhost:8011/v1", api_key="none")
+r = c.completions.create(model=c.models.list().data[0].id, prompt="The os module provides", max_tokens=24, temperature=0)
+print("serve: OpenAI completion:", repr(r.choices[0].text))
+PY
+  pkill -f "vllm.entrypoints" ; sleep 2
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  python3 bench/bench_gemm.py --out $OUT/gemm_final.json --ks 4 --codebook mcg --max-seconds 100 > /dev/null 2>&1
+  echo "bench rc=$?" >> $log
+fi
+tail -20 $log
