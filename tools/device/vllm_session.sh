@@ -9,6 +9,7 @@ export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 TORCH_CUDA_ARCH_LIST=9.0
 [ -f /tmp/site/vllm/__init__.py ] || bash .device/kit/install.sh "$1" || exit 1
 python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .whl/*.whl 2>/dev/null
 export PYTHONPATH=/tmp/site:$PWD/packages/exl3-kernels/src:$PWD/packages/exl3-format/src
+[ -f .device/full/_C.abi3.so ] && export CUDA_EXL3_LIBRARY=$PWD/.device/full/_C.abi3.so
 log=$OUT/session.log
 if [ "$what" = e2e ] || [ "$what" = all ]; then
   timeout 330 python3 tools/vllm_e2e.py --out $OUT/e2e.json > $OUT/e2e.log 2>&1; echo "e2e rc=$?" | tee -a $log
@@ -27,7 +28,7 @@ PY
   pkill -f "vllm.entrypoints" ; sleep 2
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-  python3 bench/bench_gemm.py --out $OUT/gemm_final.json --ks 4 --codebook mcg --max-seconds 100 > /dev/null 2>&1
+  python3 bench/bench_gemm.py --out $OUT/gemm_final.json --ks 4 --codebook mcg --max-seconds 90 > /dev/null 2>&1
   echo "bench rc=$?" >> $log
 fi
 tail -20 $log
