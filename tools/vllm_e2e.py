@@ -15,12 +15,16 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import time
 from pathlib import Path
 
 import torch
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "exl3"
+# Several engines start one after the other in this process: with the default fork start method the second
+# engine hung while loading weights (seen on the H200); spawn starts each engine clean.
+os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
 
 
 def run_one(name: str, eager: bool, ref: dict) -> dict:
@@ -56,7 +60,7 @@ def run_one(name: str, eager: bool, ref: dict) -> dict:
            "text": out.outputs[0].text[:200]}
     del llm
     gc.collect()
-    torch.cuda.empty_cache()
+    # no torch.cuda call here: CUDA initialised in this parent would break the next engine (forked)
     return rec
 
 

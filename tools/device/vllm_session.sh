@@ -1,11 +1,11 @@
 #!/bin/bash
 # Runs ON the GPU machine after the wheel parts arrived: installs vLLM's wheel set and our plugin wheel, runs
 # the vLLM end-to-end comparison on the real checkpoints (tools/vllm_e2e.py), `vllm serve` + an OpenAI
-# client request, and the final kernel benchmark. Carry: the op library, .whl (pytest + exl3_vllm wheel),
+# client request, and the final kernel benchmark. Carry: the op library, .whl (tools/device/wheels-extra.txt + the exl3_vllm wheel),
 # .device/kit. Usage: bash tools/device/vllm_session.sh <md5 of the wheel tar> [e2e|serve|bench|all]
 set -u
 what=${2:-all}
-export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 TORCH_CUDA_ARCH_LIST=9.0
+export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 TORCH_CUDA_ARCH_LIST=9.0 VLLM_WORKER_MULTIPROC_METHOD=spawn
 [ -f /tmp/site/vllm/__init__.py ] || bash .device/kit/install.sh "$1" || exit 1
 python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .whl/*.whl 2>/dev/null
 export PYTHONPATH=/tmp/site:$PWD/packages/exl3-kernels/src:$PWD/packages/exl3-format/src
