@@ -35,3 +35,5 @@ for model in exl3 bf16; do
   grep -E "Model loading took|KV cache memory" $OUT/serve-$model.log | tail -2
   pkill -f "vllm.entrypoints.cli.main serve"; sleep 5
 done
+# at most 8 files come back: keep the JSON results, pack the logs into one archive
+(cd $OUT && tar czf logs.tgz *.log && rm -f *.log)
