@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-# <repo>/packages/exl3-kernels/tests/conftest.py -> <repo>/../shared/oracle
-ORACLE_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "oracle"
+# EXL3_ORACLE_DIR, else <repo>/../shared/oracle (<repo>/packages/exl3-kernels/tests/conftest.py)
+ORACLE_DIR = Path(os.environ.get("EXL3_ORACLE_DIR") or Path(__file__).resolve().parents[3].parent / "shared" / "oracle")
+# CI sets EXL3_REQUIRE_ORACLE=1: there the oracle must be present, and its absence fails instead of skipping.
+REQUIRE_ORACLE = os.environ.get("EXL3_REQUIRE_ORACLE") == "1"
 
 
 def oracle_path(name: str) -> Path:
-    """Path of one oracle file; skips the calling test cleanly when the oracle set is absent."""
+    """Path of one oracle file; skips the calling test cleanly when the oracle set is absent (fails under
+    EXL3_REQUIRE_ORACLE=1)."""
     path = ORACLE_DIR / name
     if not path.is_file():
+        if REQUIRE_ORACLE:
+            pytest.fail(f"oracle file {path} not present and EXL3_REQUIRE_ORACLE=1")
         pytest.skip(f"oracle file {path} not present")
     return path
 

@@ -95,10 +95,7 @@ def test_configs_accepted_by_transformers_and_vllm(name, tmp_path):
     assert hf.tie_word_embeddings is False
     assert hf.rope_parameters["rope_theta"] == cfg["rope_theta"]
     assert hf.quantization_config["quant_method"] == "exl3"
-    try:
-        from vllm.transformers_utils.config import get_config
-    except Exception as e:  # vLLM not importable here
-        pytest.skip(f"vllm not importable: {e}")
+    get_config = pytest.importorskip("vllm.transformers_utils.config").get_config  # skips only if vLLM is absent
     vc = get_config(str(tmp_path), trust_remote_code=False)
     assert vc.model_type == cfg["model_type"] and vc.quantization_config["quant_method"] == "exl3"
     if name == "llama_8b":

@@ -64,11 +64,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exl3FormatError as exc:
         print(f"exl3-inspect: error: {exc}", file=sys.stderr)
         return 1
-    if args.json:
-        json.dump(report, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(render_text(report))
+    try:
+        if args.json:
+            json.dump(report, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            sys.stdout.write(render_text(report))
+        sys.stdout.flush()
+    except BrokenPipeError:  # e.g. piped into `head`: stop quietly, as Unix tools do
+        sys.stdout = None
+        return 0
     if args.tp is not None and not report["tp"][str(args.tp)]["admitted"]:
         return 3
     return 0

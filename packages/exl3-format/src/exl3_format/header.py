@@ -370,7 +370,7 @@ def list_checkpoint_tensors(path: str | os.PathLike) -> dict[str, TensorInfo]:
             return _read_index(root)
         return read_header(root)
     if not root.is_dir():
-        raise Exl3FormatError("checkpoint path", file=str(root), expected="a directory or file", found="not found")
+        raise Exl3FormatError("checkpoint path", file=str(root), expected="a directory or file", found="nothing at that path")
     if (root / INDEX_FILE).is_file():
         return _read_index(root / INDEX_FILE)
     if (root / _SINGLE_FILE).is_file():

@@ -55,6 +55,43 @@ def load_error() -> str | None:
     return _load_error
 
 
+_checked_devices: set[int] = set()
+
+
+def check_device(device: torch.device | str) -> None:
+    """Raise a clear error unless the compiled kernels can run on ``device`` (a CUDA device).
+
+    Checks that the op library is loaded and that it holds machine code for the device's architecture, by
+    launching the smallest kernel once per device (a build for other architectures fails there with CUDA's
+    "no kernel image" error). Cached per device; cheap afterwards.
+
+    Raises:
+        RuntimeError: naming the device, its compute capability, the load error or the missing architecture,
+            and how to rebuild (``TORCH_CUDA_ARCH_LIST``, nvcc).
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index in _checked_devices:
+        return
+    cap = torch.cuda.get_device_capability(index)
+    if not load():
+        raise RuntimeError(
+            f"exl3_kernels: the compiled CUDA library is not available ({_load_error}). It is built when the "
+            "package is installed on a machine with nvcc (CUDA 12.8+) and torch 2.11: reinstall exl3-kernels there "
+            "(e.g. `uv sync --all-packages --reinstall-package exl3-kernels`), with CUDA_HOME pointing at the toolkit.")
+    try:
+        decode_lut(0, torch.device("cuda", index))
+        torch.cuda.synchronize(index)
+    except RuntimeError as e:
+        raise RuntimeError(
+            f"exl3_kernels: the compiled library has no code for cuda:{index} (compute capability "
+            f"{cap[0]}.{cap[1]}): {e}. Rebuild with TORCH_CUDA_ARCH_LIST including {cap[0]}.{cap[1]} "
+            "(the default build targets 9.0 and 12.0).") from e
+    _checked_devices.add(index)
+
+
 def _register_fakes() -> None:
     lib = "exl3_kernels::"
 
@@ -124,9 +161,15 @@ def decode_lut(codebook: int, device: torch.device | str = "cuda") -> torch.Tens
     return out
 
 
+_built: list[tuple[int, int]] | None = None
+
+
 def built_instances() -> list[tuple[int, int]]:
-    """(codebook id, BM) pairs compiled into the library."""
-    return [(v // 1000, v % 1000) for v in torch.ops.exl3_kernels.built_instances()]
+    """(codebook id, BM) pairs compiled into the library (queried once: the library does not change)."""
+    global _built
+    if _built is None:
+        _built = [(v // 1000, v % 1000) for v in torch.ops.exl3_kernels.built_instances()]
+    return list(_built)
 
 
 def compiled_k2() -> list[int]:

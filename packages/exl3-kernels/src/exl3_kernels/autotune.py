@@ -21,6 +21,7 @@ _sm_count: dict[int, int] = {}
 
 
 def sm_count(device: torch.device) -> int:
+    """Multiprocessor count of a CUDA device (cached)."""
     i = device.index if device.index is not None else torch.cuda.current_device()
     if i not in _sm_count:
         _sm_count[i] = torch.cuda.get_device_properties(i).multi_processor_count
@@ -86,4 +87,5 @@ def cached_plans() -> dict[tuple, Plan]:
 
 
 def clear() -> None:
+    """Forget every chosen plan (tests, benchmarks)."""
     _cache.clear()

@@ -1,7 +1,8 @@
 """Environment variables of exl3-kernels, read at call time (never cached at import).
 
 Every variable is ``CUDA_EXL3_<NAME>``; the old spelling ``VLLM_EXL3_<NAME>`` is still accepted and
-triggers a ``DeprecationWarning`` (once per name).
+triggers a ``FutureWarning`` (once per name; FutureWarning is shown by default, DeprecationWarning from a
+library is not). Errors about a bad value name the spelling that was actually read.
 
 | variable | meaning | default |
 |---|---|---|
@@ -23,6 +24,20 @@ import warnings
 _warned: set[str] = set()
 
 
+def _lookup(name: str) -> tuple[str, str] | None:
+    """(spelling read, value) of ``CUDA_EXL3_<name>`` or the deprecated ``VLLM_EXL3_<name>``, or None."""
+    new = f"CUDA_EXL3_{name}"
+    if new in os.environ:
+        return new, os.environ[new]
+    old = f"VLLM_EXL3_{name}"
+    if old in os.environ:
+        if old not in _warned:
+            _warned.add(old)
+            warnings.warn(f"{old} is deprecated; use {new}", FutureWarning, stacklevel=3)
+        return old, os.environ[old]
+    return None
+
+
 def get(name: str, default: str | None = None) -> str | None:
     """Return ``CUDA_EXL3_<name>``, falling back to the deprecated ``VLLM_EXL3_<name>``.
 
@@ -30,37 +45,29 @@ def get(name: str, default: str | None = None) -> str | None:
         name: variable name without prefix, e.g. ``"BM"``.
         default: value when neither spelling is set.
     """
-    new = f"CUDA_EXL3_{name}"
-    if new in os.environ:
-        return os.environ[new]
-    old = f"VLLM_EXL3_{name}"
-    if old in os.environ:
-        if old not in _warned:
-            _warned.add(old)
-            warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=2)
-        return os.environ[old]
-    return default
+    found = _lookup(name)
+    return default if found is None else found[1]
 
 
 def get_int(name: str, default: int | None = None) -> int | None:
     """Integer variant of :func:`get`; raises ``ValueError`` naming the variable on a non-integer value."""
-    v = get(name)
-    if v is None or v == "":
+    found = _lookup(name)
+    if found is None or found[1] == "":
         return default
     try:
-        return int(v)
+        return int(found[1])
     except ValueError:
-        raise ValueError(f"CUDA_EXL3_{name} must be an integer, got {v!r}") from None
+        raise ValueError(f"{found[0]} must be an integer, got {found[1]!r}") from None
 
 
 def get_bool(name: str, default: bool = False) -> bool:
     """Boolean variant of :func:`get`: ``1/true/yes/on`` are true, ``0/false/no/off/''`` false."""
-    v = get(name)
-    if v is None:
+    found = _lookup(name)
+    if found is None:
         return default
-    s = v.strip().lower()
+    s = found[1].strip().lower()
     if s in ("1", "true", "yes", "on"):
         return True
     if s in ("0", "false", "no", "off", ""):
         return False
-    raise ValueError(f"CUDA_EXL3_{name} must be a boolean (0/1), got {v!r}")
+    raise ValueError(f"{found[0]} must be a boolean (0/1), got {found[1]!r}")

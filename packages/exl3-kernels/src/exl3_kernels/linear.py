@@ -16,7 +16,7 @@ during capture).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -44,7 +44,6 @@ class Exl3Layer:
     svh: list[torch.Tensor]
     codebook: str
     bias: torch.Tensor | None = None
-    _shape: LayerShape | None = field(default=None, repr=False)
 
     @property
     def k(self) -> int:
@@ -56,6 +55,7 @@ class Exl3Layer:
 
 
 def layer_shape(trellis: list[torch.Tensor], codebook: int) -> LayerShape:
+    """The planner's key of a layer: k, per-shard n and K2 = 2K (from the trellis shapes), codebook id."""
     return LayerShape(trellis[0].shape[0] * 16, tuple(t.shape[1] * 16 for t in trellis),
                       tuple(t.shape[2] // 8 for t in trellis), codebook)
 
@@ -82,6 +82,8 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
             w = workspace.recon(x2.device, k * (c1 - c0), x2.dtype).view(k, c1 - c0)
             torch.ops.exl3_kernels.reconstruct_out(w, trellis, suh, svh, codebook, c0, c1, True)
             if bias32 is not None:
+                # cuBLAS adds the bias in the output dtype (rounded twice with bf16); the gemm path adds it in
+                # fp32 before its single rounding, so the two paths differ by up to one output ulp there.
                 outs.append(torch.addmm(bias32[c0:c1].to(x2.dtype), x2, w))
             else:
                 outs.append(torch.mm(x2, w))
@@ -91,11 +93,24 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
     return _ops.gemm(xh, trellis, svh, bias32, codebook, plan.bm, plan.split, acc, x2.dtype)
 
 
+def _check_aligned(tensors: list[torch.Tensor], what: str) -> None:
+    # the kernels read these with 16-byte (trellis: cp.async / uint4) and 8-byte (suh, svh) vector loads
+    for i, t in enumerate(tensors):
+        if t.data_ptr() % 16:
+            raise ValueError(f"exl3_kernels.linear: {what}[{i}] starts at an address that is not 16-byte aligned "
+                             f"(a view with a storage offset?); pass a contiguous copy")
+
+
 def _linear_cuda(x, trellis, suh, svh, bias, codebook: int) -> torch.Tensor:
+    if not torch.cuda.is_current_stream_capturing():
+        _ops.check_device(x.device)  # once per device: clear error for a missing build or architecture
+    _check_aligned(trellis, "trellis")
+    _check_aligned(suh, "suh")
+    _check_aligned(svh, "svh")
     k = x.shape[-1]
     x2 = x.reshape(-1, k)
-    if x2.stride(-1) != 1 or x2.stride(0) % 4 != 0:
-        x2 = x2.contiguous()
+    if x2.stride(-1) != 1 or x2.stride(0) % 4 != 0 or x2.data_ptr() % 16:
+        x2 = x2.contiguous() if not x2.is_contiguous() else x2.clone()
     n_total = sum(t.shape[1] * 16 for t in trellis)
     m = x2.shape[0]
     if m == 0:
@@ -151,7 +166,9 @@ def exl3_linear(x: torch.Tensor, layer: Exl3Layer) -> torch.Tensor:
     Returns:
         [..., sum n_s] in x's dtype.
     Raises:
-        RuntimeError (from the op) naming the offending tensor on shape/dtype/device mismatch.
+        RuntimeError (CUDA op) or ValueError (CPU reference, misaligned tensors) naming the offending tensor on
+        shape/dtype/device mismatch; RuntimeError from :func:`exl3_kernels._ops.check_device` when the compiled
+        library is missing or has no code for the GPU's architecture.
     """
     return torch.ops.exl3_kernels.linear(x, layer.trellis, layer.suh, layer.svh, layer.bias,
                                          CODEBOOK_IDS[str(getattr(layer.codebook, "value", layer.codebook))])

@@ -8,7 +8,9 @@
 
 Both must be created before CUDA-graph capture (vLLM's profile run does that: it runs the largest batch
 eagerly first). Growing one during capture raises, because an allocation inside capture would belong to
-the graph's private pool. Assumption: one compute stream per device uses them (vLLM's model runner).
+the graph's private pool; a reconstruct buffer outgrown later (e.g. by an lm_head computed eagerly) is kept
+alive, never freed, because graphs captured earlier still write to it. Assumption: one compute stream per
+device uses them (vLLM's model runner).
 """
 from __future__ import annotations
 
@@ -18,6 +20,10 @@ from . import env
 
 _acc: dict[int, torch.Tensor] = {}
 _recon: dict[int, torch.Tensor] = {}
+# Buffers replaced by a bigger one stay referenced for the life of the process: a CUDA graph captured while
+# an older buffer was current keeps writing to its address on every replay, so that memory must never
+# return to the allocator. Growth is rare (the largest layer is usually seen in vLLM's profile run).
+_retired: list[torch.Tensor] = []
 
 
 def _index(device: torch.device) -> int:
@@ -43,6 +49,8 @@ def splitk_acc(device: torch.device) -> torch.Tensor:
 
 
 def recon_capacity_bytes() -> int:
+    """Cap of the dense-W workspace in bytes (CUDA_EXL3_RECON_WORKSPACE_MB, default 512 MiB); layers whose W is
+    larger are reconstructed and multiplied in column chunks of at most this size."""
     return env.get_int("RECON_WORKSPACE_MB", 512) * (1 << 20)
 
 
@@ -55,12 +63,15 @@ def recon(device: torch.device, numel: int, dtype: torch.dtype) -> torch.Tensor:
         if torch.cuda.is_current_stream_capturing():
             raise RuntimeError(f"exl3_kernels: the reconstruct workspace must grow to {need} bytes, which cannot "
                                "happen during CUDA-graph capture (run the largest batch eagerly first)")
+        if t is not None:
+            _retired.append(t)
         t = torch.empty(need, dtype=torch.uint8, device=torch.device("cuda", i))
         _recon[i] = t
     return t[:need].view(dtype)
 
 
 def reset() -> None:
-    """Drop all workspaces (tests)."""
+    """Drop all workspaces (tests only: never while a captured CUDA graph may replay)."""
     _acc.clear()
     _recon.clear()
+    _retired.clear()

@@ -1,7 +1,7 @@
 """Environment variables of the vLLM plugin, read at call time through :mod:`exl3_kernels.env`.
 
 Every variable is ``CUDA_EXL3_<NAME>``; the old spelling ``VLLM_EXL3_<NAME>`` still works with a
-``DeprecationWarning`` (the rule of the whole project, see ``exl3_kernels.env``).
+``FutureWarning`` (the rule of the whole project, see ``exl3_kernels.env``).
 
 | variable | meaning | default |
 |---|---|---|

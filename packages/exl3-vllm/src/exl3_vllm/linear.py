@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
+from exl3_kernels._ops import check_device
 from exl3_format import build_shard_map, build_split_shard_map
 from vllm.model_executor.layers.linear import (
     ColumnParallelLinear,
@@ -164,12 +165,17 @@ class Exl3LinearMethod(LinearMethodBase):
 
         Raises:
             Exl3VllmError: a checkpoint tensor of this module never arrived, or EXL3 modules are unclaimed.
+            RuntimeError: the weights are on a GPU the compiled kernels cannot run on (library not built, or no
+                code for its architecture; :func:`exl3_kernels._ops.check_device` says how to rebuild).
         """
         self.config.check_claims()
         self.loader.check_complete()
         self.kernel.prepare(layer)
+        if layer.trellis.device.type == "cuda":
+            check_device(layer.trellis.device)
 
     def apply(self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """y = the layer's EXL3 linear of x (+ bias): one ``exl3_kernels::linear`` call (:class:`Exl3LinearKernel`)."""
         return self.kernel.apply(layer, x, bias)
 
     def tie_weights(self, layer: torch.nn.Module, embed_tokens: torch.nn.Module) -> torch.nn.Module:

@@ -43,12 +43,13 @@ def _load_config(spec: str) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``exl3-write-checkpoint`` argument parser (flags documented in their help strings)."""
     ap = argparse.ArgumentParser(
         prog="exl3-write-checkpoint",
         description="Write an EXL3 checkpoint (random, greedily encoded from a dense HF checkpoint, or "
         "headers-only bulk random for large benchmark models).",
     )
-    ap.add_argument("out_dir", help="output directory")
+    ap.add_argument("out_dir", nargs="?", help="output directory (required unless --list-presets)")
     ap.add_argument("--config", help="preset name or path to an HF config.json / model dir (default: the "
                     "source dir's config.json)")
     ap.add_argument("--source", help="dense HF checkpoint dir: tokenizer files are copied; weights are read "
@@ -70,10 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Entry point of ``exl3-write-checkpoint``; returns the process exit code (argparse exits 2 on bad usage)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.list_presets:
         print("\n".join(sorted(PRESETS)))
         return 0
+    if args.out_dir is None and not args.plan:
+        parser.error("out_dir is required")
     if args.config is None and args.source is None:
         raise SystemExit("give --config (preset or config.json) or --source (dense HF checkpoint dir)")
     cfg = _load_config(args.config if args.config is not None else args.source)
