@@ -141,11 +141,21 @@ class Exl3Config(QuantizationConfig):
             self._untie_quantized_head(hf_config)
 
     def apply_vllm_mapper(self, hf_to_vllm_mapper) -> None:
+        """Take the model's checkpoint-to-vLLM name mapper (vLLM calls this before building layers) so that
+        name resolution and the unclaimed-module check see the names vLLM uses."""
         self._mapper = hf_to_vllm_mapper
         if self._claims is not None:
             self._claims.set_mapper(hf_to_vllm_mapper)
 
     def get_quant_method(self, layer: torch.nn.Module, prefix: str) -> QuantizeMethodBase | None:
+        """The method for the layer vLLM is building at ``prefix`` (see the module docstring for the routing).
+
+        Returns:
+            ``Exl3LinearMethod`` for linear layers and ``ParallelLMHead`` with EXL3 tensors; vLLM's
+            ``UnquantizedLinearMethod`` for other linears; None (vLLM's default) for everything else.
+        Raises:
+            NotImplementedError: MoE experts with EXL3 tensors (not supported yet), naming the module.
+        """
         from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
         from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 

@@ -116,6 +116,7 @@ class Plan:
         return out
 
     def linears(self) -> list[PlannedLinear]:
+        """The planned EXL3 linears, in write order."""
         return [it for it in self.items if isinstance(it, PlannedLinear)]
 
 

@@ -152,6 +152,8 @@ def synthetic_scales(spec: LinearSpec, codebook: str, k: int, n: int, seed: int,
 
 
 def synthetic_bias(spec: LinearSpec, n: int, seed: int) -> torch.Tensor | None:
+    """Deterministic random fp16 bias [n] (zero on padded columns) for a linear that has one, else None; seeded by ``seed`` and the
+    module key so every run writes the same checkpoint."""
     if not spec.bias:
         return None
     g = make_generator(seed, "bias:" + spec.key)
