@@ -12,7 +12,7 @@ export PYTHONPATH=/tmp/site:$PWD/packages/exl3-kernels/src:$PWD/packages/exl3-fo
 [ -f .device/full/_C.abi3.so ] && export CUDA_EXL3_LIBRARY=$PWD/.device/full/_C.abi3.so
 log=$OUT/session.log
 if [ "$what" = e2e ] || [ "$what" = all ]; then
-  timeout 330 python3 tools/vllm_e2e.py --out $OUT/e2e.json > $OUT/e2e.log 2>&1; echo "e2e rc=$?" | tee -a $log
+  timeout ${E2E_TIMEOUT:-330} python3 tools/vllm_e2e.py --out $OUT/e2e.json --graphs ${E2E_GRAPHS:-tiny-llama-4.0bpw-mcg} ${E2E_RUNS:+--runs $E2E_RUNS} > $OUT/e2e.log 2>&1; echo "e2e rc=$?" | tee -a $log
   grep -E '^\{' $OUT/e2e.log | tee -a $log
 fi
 if [ "$what" = serve ] || [ "$what" = all ]; then
