@@ -17,7 +17,6 @@ from exl3_format import (
     shard_map_tp_reason,
     split_ranges,
     split_reason,
-    tp_padded_size,
 )
 
 
@@ -35,7 +34,6 @@ def test_split_ranges():
     with pytest.raises(Exl3FormatError, match="64 per rank"):
         split_ranges(512, 8)
     assert split_ranges(512, 8, block=16)[1] == (64, 128)
-    assert tp_padded_size(128256, 4) == 128512 and tp_padded_size(1024, 8) == 1024 and tp_padded_size(1, 2) == 256
 
 
 def test_column_split():
@@ -55,7 +53,13 @@ def test_column_split():
         (0, 512),
         (0, 512),
     )
-    assert (r1.trellis_n_tiles, r1.svh, r1.bias, r1.pad, r1.svh_zero) == ((32, 64), (512, 1024), (512, 1024), 0, ())
+    assert (r1.trellis_n_tiles, r1.svh, r1.bias, r1.svh_zero, r1.output_select) == (
+        (32, 64),
+        (512, 1024),
+        (512, 1024),
+        (),
+        None,
+    )
 
 
 def test_row_split_bias_on_rank0_and_replicated_svh():
@@ -101,36 +105,69 @@ def test_stored_padding_noise():
     assert plan.ranks[0].svh_zero == ((704, 768),)
 
 
-def test_padded_vocab_split():
+def test_vocab_parallel_split_follows_vllm_slices():
     head = lin(2048, 128256, key="lm_head")
+    # an even column split would cut a block; vLLM's vocab layout does not need one
     with pytest.raises(Exl3FormatError, match="rank boundary at 32064"):
         plan_linear_tp(head, 4, "column", logical=128256)
-    plan = plan_linear_tp(head, 4, "column", logical=128256, allow_pad=True)
-    assert plan.padded == 128512 and plan.per_rank == (32128,) * 4
-    assert [r.svh for r in plan.ranks] == [(0, 32128), (32128, 64256), (64256, 96384), (96384, 128256)]
-    last = plan.ranks[3]
-    assert (last.trellis_n_tiles, last.pad, last.pad_ranges, last.svh_zero) == (
-        (6024, 8016),
-        256,
-        ((31872, 32128),),
-        ((31872, 32128),),
-    )
-    assert all(r.pad == 0 and r.svh_zero == () for r in plan.ranks[:3])
+    plan = plan_linear_tp(head, 4, "column", logical=128256, vocab_parallel=True)
+    assert (plan.stored, plan.logical, plan.padded) == (128256, 128256, 128256)
+    # vLLM: 128256 (already a multiple of 64) / 4 = 32064 per rank; each rank computes the 128-blocks covering it
+    assert [r.vocab_slice for r in plan.ranks] == [(0, 32064), (32064, 64128), (64128, 96192), (96192, 128256)]
+    assert [r.svh for r in plan.ranks] == [(0, 32128), (32000, 64128), (64128, 96256), (96128, 128256)]
+    assert [r.output_select for r in plan.ranks] == [(0, 32064), (64, 32128), (0, 32064), (64, 32128)]
+    assert [r.trellis_n_tiles for r in plan.ranks] == [(0, 2008), (2000, 4008), (4008, 6016), (6008, 8016)]
+    assert plan.per_rank == (32128,) * 4
+    assert all(r.svh_zero == () and r.trellis_k_tiles == (0, 128) and r.suh == (0, 2048) for r in plan.ranks)
     assert plan.note == (
-        "engine-padded n 128256 -> 128512 (32128 per rank); 256 pad columns beyond the stored 128256: "
-        "their svh and bias must be 0"
+        "vocab 128256 (a multiple of 64): 32064 per rank; each rank computes the 128-blocks "
+        "covering its slice and keeps the slice"
     )
-    # 1000-token vocab stored as 1024: TP=2 pads logical 500 -> 512 per rank, which the stored padding covers
-    plan = plan_linear_tp(lin(512, 1024, key="lm_head"), 2, "column", logical=1000, allow_pad=True)
-    assert plan.padded == 1024 and plan.per_rank == (512, 512)
-    assert plan.note == "engine-padded n 1000 -> 1024 (512 per rank)"
-    assert (
-        plan.ranks[1].pad == 0
-        and plan.ranks[1].noise_ranges == ((488, 512),)
-        and plan.ranks[1].svh_zero == ((488, 512),)
+
+
+def test_vocab_parallel_padding_is_vllms_not_the_checkpoints():
+    # 32001 tokens: stored 32128 (pad128), vLLM splits pad64 = 32064 -> 16032 per rank at TP=2
+    plan = plan_linear_tp(lin(512, 32128, key="lm_head", bias=True), 2, "column", logical=32001,
+                          vocab_parallel=True)
+    assert plan.padded == 32064
+    r0, r1 = plan.ranks
+    assert (r0.vocab_slice, r0.svh, r0.output_select, r0.svh_zero) == ((0, 16032), (0, 16128), (0, 16032), ())
+    # rank 1 computes stored columns up to 32128; 32001.. are padding (svh and bias zero), vLLM keeps up to 32064
+    assert (r1.vocab_slice, r1.svh, r1.bias, r1.output_select, r1.svh_zero) == (
+        (16032, 32064),
+        (16000, 32128),
+        (16000, 32128),
+        (32, 16064),
+        ((16001, 16128),),
     )
-    # an even split needs no padding
-    assert plan_linear_tp(head, 2, "column", logical=128256, allow_pad=True).padded == 128256
+    # TP=1: the whole stored tensor, vLLM sees pad64(1000) = 1024 columns, the 24 beyond the vocab zeroed
+    (only,) = plan_linear_tp(lin(512, 1024, key="lm_head"), 1, "column", logical=1000, vocab_parallel=True).ranks
+    assert (only.svh, only.output_select, only.svh_zero) == ((0, 1024), (0, 1024), ((1000, 1024),))
+    # 1000 at TP=2: 512 per rank, whole blocks; the note does not mention covering blocks
+    plan = plan_linear_tp(lin(512, 1024, key="lm_head"), 2, "column", logical=1000, vocab_parallel=True)
+    assert plan.per_rank == (512, 512) and plan.ranks[1].svh_zero == ((488, 512),)
+    assert plan.note == "vocab 1000 padded to 1024 (a multiple of 64): 512 per rank"
+    # the engine's granule is a parameter (vLLM LoRA pads differently)
+    plan = plan_linear_tp(lin(512, 1152, key="lm_head"), 2, "column", logical=1030, vocab_parallel=True,
+                          vocab_padding=128)
+    assert plan.padded == 1152 and [r.vocab_slice for r in plan.ranks] == [(0, 576), (576, 1152)]
+
+
+def test_vocab_parallel_refusals():
+    # vLLM cannot split pad64(1000) = 1024 over 3 ranks (its divide() asserts)
+    with pytest.raises(Exl3FormatError) as info:
+        plan_linear_tp(lin(512, 1024, key="lm_head"), 3, "column", logical=1000, vocab_parallel=True)
+    assert info.value.tensor == "lm_head"
+    assert info.value.found == (
+        "vocab 1000 padded to 1024 (a multiple of 64, vLLM ParallelLMHead) is not divisible by TP=3"
+    )
+    # a padding granule above 128 could reach past the stored columns
+    with pytest.raises(Exl3FormatError, match=r"rank 1's vocab slice \[640, 1280\) .* \[640, 1280\), past the "
+                                              r"stored n=1152"):
+        plan_linear_tp(lin(512, 1152, key="lm_head"), 2, "column", logical=1030, vocab_parallel=True,
+                       vocab_padding=256)
+    with pytest.raises(Exl3FormatError, match="column for a vocab-parallel dim"):
+        plan_linear_tp(lin(1024, 512), 2, "row", vocab_parallel=True)
 
 
 def test_kv_head_replication():
@@ -174,7 +211,7 @@ def test_parallel_spec_by_name(qwen3_ckpt):
     assert parallel_spec(c, "model.layers.0.mlp.experts.1.down_proj") == ParallelSpec("row", 256)
     assert parallel_spec(c, "model.layers.0.mlp.experts.1.down_proj", moe="expert").mode == "replicated"
     spec = parallel_spec(c, "lm_head")
-    assert (spec.mode, spec.logical, spec.allow_pad) == ("column", 1000, True)
+    assert (spec.mode, spec.logical, spec.vocab_parallel, spec.vocab_padding) == ("column", 1000, True, 64)
     assert parallel_spec(c, "mtp.fc").mode == "column"
     assert parallel_spec(c, "model.layers.0.self_attn.q_a_proj").mode == "replicated"
     assert parallel_spec(c, "model.layers.0.linear_attn.in_proj_qkvz").mode == "column"

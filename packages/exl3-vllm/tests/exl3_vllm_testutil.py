@@ -15,6 +15,8 @@ to the raw checkpoint tensors, trimmed to the config's logical dims, and the who
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import socket
 import types
@@ -123,6 +125,28 @@ def init_distributed(world_size: int = 1, rank: int = 0, port: int | None = None
             distributed_init_method=f"tcp://127.0.0.1:{port or free_port()}",
         )
         initialize_model_parallel(tensor_model_parallel_size=world_size)
+
+
+@contextlib.contextmanager
+def tp_coordinates(world: int, rank: int):
+    """vLLM's TP group reports ``world`` ranks and this process as ``rank`` while the block runs (needs the TP=1
+    state of :func:`init_distributed`).
+
+    Layer and model *construction* read only these two numbers from the group (layer widths, vocab shard indices)
+    and run no collective, so construction-time behaviour (layouts, start-up refusals) can be checked in one process
+    at degrees whose ranks the machine cannot run (TP=8 on two cores). Forward passes need real ranks
+    (``tp_worker.py``).
+    """
+    from vllm.distributed import parallel_state
+
+    real = parallel_state._TP
+    fake = copy.copy(real)
+    fake.world_size, fake.rank_in_group = world, rank
+    parallel_state._TP = fake
+    try:
+        yield
+    finally:
+        parallel_state._TP = real
 
 
 def build_model(vllm_config):

@@ -1,7 +1,8 @@
 """EXL3 checkpoint format (pure Python, no torch).
 
 Header-only safetensors parsing, the checkpoint model (EXL3 linears, experts, other tensors), shard maps of fused
-layers, module-name resolution, tensor-parallel rules and the ``exl3-inspect`` CLI. See ``docs/format-package.md``.
+layers, module-name resolution, tensor-parallel rules (with vLLM's vocab-parallel ``lm_head`` layout) and the
+``exl3-inspect`` CLI. See ``docs/format-package.md`` and ``docs/tensor-parallel.md``.
 """
 
 from .checkpoint import LINEAR_SUFFIXES, load_checkpoint
@@ -44,8 +45,8 @@ from .tp import (
     shard_map_tp_reason,
     split_ranges,
     split_reason,
-    tp_padded_size,
 )
+from .vocab import VOCAB_PADDING, covering_blocks, padded_vocab_size, vocab_shard_ranges, vocab_split_reason
 
 __version__ = "0.1.0"
 
@@ -59,6 +60,7 @@ __all__ = [
     "MUL1_MULTIPLIER",
     "PAD_TO",
     "VALID_K",
+    "VOCAB_PADDING",
     "Checkpoint",
     "Codebook",
     "ColumnRef",
@@ -81,6 +83,7 @@ __all__ = [
     "build_shard_map",
     "build_split_shard_map",
     "compare_hint",
+    "covering_blocks",
     "find_fused_shard_maps",
     "format_k",
     "layer_index",
@@ -89,6 +92,7 @@ __all__ = [
     "load_checkpoint",
     "module_role",
     "pad_dim",
+    "padded_vocab_size",
     "parallel_spec",
     "parse_expert_key",
     "plan_linear_tp",
@@ -100,7 +104,8 @@ __all__ = [
     "shard_map_tp_reason",
     "split_ranges",
     "split_reason",
-    "tp_padded_size",
     "trellis_last_dim",
     "unpadded_dims",
+    "vocab_shard_ranges",
+    "vocab_split_reason",
 ]

@@ -16,9 +16,10 @@ L329-375):
 vLLM splits a layer's *logical* dim evenly: rank r of a column-parallel layer owns logical columns
 ``[r·n/tp, (r+1)·n/tp)``; attention layers split whole heads; with ``tp >= num_key_value_heads`` each rank holds one
 KV head, replicated ``tp / num_key_value_heads`` times (vLLM ``QKVParallelLinear``). So every rank boundary must be
-a multiple of 128 in the stored tensor. When the engine chooses the padding (``lm_head``'s vocab), a padded split
-is admitted: the dim is padded to ``tp`` equal whole-block slices, and the padding beyond the stored columns is new
-columns whose svh (and bias) must be zero so they output exactly 0.
+a multiple of 128 in the stored tensor. ``lm_head`` is the exception: vLLM pads the vocab to a multiple of 64 and
+splits that evenly (:mod:`exl3_format.vocab`); each rank computes the whole 128-blocks covering its slice and keeps
+the slice's columns, with svh (and bias) zero on the columns at or beyond the vocab, so that degree is refused only
+when vLLM itself cannot split the vocab.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from .dims import PAD_TO, pad_dim
+from .dims import PAD_TO
 from .errors import Exl3FormatError
 from .naming import collapse_indices, module_role, parse_expert_key, projection_name
 from .schema import Checkpoint, Exl3Linear
 from .shards import ShardMap
+from .vocab import VOCAB_PADDING, covering_blocks, padded_vocab_size, vocab_shard_ranges, vocab_split_reason
 
 __all__ = [
     "BLOCK",
@@ -45,7 +47,6 @@ __all__ = [
     "shard_map_tp_reason",
     "split_ranges",
     "split_reason",
-    "tp_padded_size",
 ]
 
 #: Hadamard block width: every split boundary and every pad is a multiple of it.
@@ -108,20 +109,10 @@ def split_ranges(size: int, tp: int, block: int = BLOCK) -> list[Range]:
     return [(r * step, (r + 1) * step) for r in range(tp)]
 
 
-def tp_padded_size(size: int, tp: int, block: int = BLOCK) -> int:
-    """Smallest multiple of ``block·tp`` >= ``size``: the padded dim when each rank must get whole blocks.
-
-    (For the degrees that matter, tp | 128, this equals padding ``size/tp`` up to a multiple of 128 on every rank;
-    ``lcm(128, tp)`` alone would not guarantee whole blocks per rank.)
-    """
-    step = block * tp
-    return -(-size // step) * step
-
-
 @dataclass(frozen=True)
 class RankSlice:
     """What rank ``rank`` holds of one linear. All ranges are ``[start, end)`` in elements of the *stored* tensor,
-    except ``pad_ranges``/``noise_ranges``/``output_select``, which are rank-local.
+    except ``noise_ranges``/``output_select``, which are rank-local.
 
     Attributes:
         trellis_k_tiles: range along ``trellis.shape[0]`` (16-row tiles).
@@ -130,12 +121,13 @@ class RankSlice:
         svh: range of ``svh [n]`` (whole for row splits).
         bias: range of ``bias [n]`` this rank adds, ``None`` when this rank adds none (row splits: all but rank 0;
             also when the linear has no bias).
-        pad: columns (column split) appended beyond the stored tensor on this rank: TP padding, whole blocks.
-        pad_ranges: rank-local ranges of those pad columns; their svh and bias must be 0 (their trellis tiles are
-            filler) so they output exactly 0.
         noise_ranges: rank-local ranges of the stored padding beyond the logical dim. Column/replicated: outputs
             are quantization noise, zero their svh or trim them. Row: the activations there must be zero.
-        output_select: for replicated KV heads, the rank-local output columns this rank keeps; else ``None``.
+        output_select: the rank-local computed columns the engine sees from this rank, when that is not all of
+            them: replicated KV heads (the rank's head), vocab-parallel ``lm_head`` (the rank's vocab slice inside
+            its covering blocks); else ``None``.
+        vocab_slice: vocab-parallel ``lm_head`` only: the engine's ``[start, end)`` columns of its padded vocab for
+            this rank (vLLM ``shard_indices.padded_org_vocab_start_index``/``..._end_index``); else ``None``.
         split_dim: ``"n"`` (column split), ``"k"`` (row split) or ``None`` (whole tensor).
     """
 
@@ -145,17 +137,16 @@ class RankSlice:
     suh: Range
     svh: Range
     bias: Range | None
-    pad: int = 0
-    pad_ranges: tuple[Range, ...] = ()
     noise_ranges: tuple[Range, ...] = ()
     output_select: Range | None = None
+    vocab_slice: Range | None = None
     split_dim: str | None = None
 
     @property
     def svh_zero(self) -> tuple[Range, ...]:
-        """Rank-local svh ranges to zero so padded outputs are exactly 0: TP pad columns (required), then the
-        stored noise columns (or trim them). Empty for row splits, whose noise is on the input side."""
-        return () if self.split_dim == "k" else self.pad_ranges + self.noise_ranges
+        """Rank-local svh (and bias) ranges to zero so that stored padding outputs exactly 0 (or trim those
+        columns). Empty for row splits, whose noise is on the input side."""
+        return () if self.split_dim == "k" else self.noise_ranges
 
 
 @dataclass(frozen=True)
@@ -169,10 +160,11 @@ class LinearTPPlan:
         split_dim: ``"n"``, ``"k"`` or ``None``.
         stored: stored size of the split dim (n for replicated).
         logical: logical (unpadded) size of that dim (= stored when unknown).
-        padded: size after TP padding (= stored unless a padded split was admitted).
+        padded: size of the dim the engine splits: the stored size, except for a vocab-parallel ``lm_head``,
+            where it is the engine's padded vocab (vLLM: pad64(vocab)).
         replicas: how many ranks hold the same KV-head slice (1 otherwise).
         ranks: one :class:`RankSlice` per rank.
-        note: why an unusual layout was chosen (padding, KV replication).
+        note: why an unusual layout was chosen (vocab slices, KV replication).
     """
 
     key: str
@@ -188,9 +180,10 @@ class LinearTPPlan:
 
     @property
     def per_rank(self) -> tuple[int, ...]:
-        """Width of each rank's slice of the split dim, TP padding included (whole tensor width if replicated)."""
+        """Stored width of the split dim each rank computes (whole tensor width if replicated; for a vocab-parallel
+        ``lm_head``, the blocks covering the rank's slice)."""
         if self.split_dim == "n":
-            return tuple(16 * (r.trellis_n_tiles[1] - r.trellis_n_tiles[0]) + r.pad for r in self.ranks)
+            return tuple(16 * (r.trellis_n_tiles[1] - r.trellis_n_tiles[0]) for r in self.ranks)
         if self.split_dim == "k":
             return tuple(16 * (r.trellis_k_tiles[1] - r.trellis_k_tiles[0]) for r in self.ranks)
         return tuple(self.stored for _ in self.ranks)
@@ -205,7 +198,9 @@ class ParallelSpec:
         logical: logical size of the split dim (n for column/replicated, k for row), None when unknown.
         heads: number of heads the split dim is made of (rank boundaries fall between whole heads), or None.
         replicate_heads: KV-head semantics: with ``tp > heads`` each rank holds one head, replicated.
-        allow_pad: the engine pads this dim itself (``lm_head`` vocab), so a padded split is admitted.
+        vocab_parallel: the engine lays this column dim out itself as a padded vocab (``lm_head``): the split
+            follows :mod:`exl3_format.vocab` instead of the even logical split.
+        vocab_padding: the engine's vocab padding granule (vLLM ``ParallelLMHead.padding_size``, default 64).
         note: where the choice came from.
     """
 
@@ -213,7 +208,8 @@ class ParallelSpec:
     logical: int | None = None
     heads: int | None = None
     replicate_heads: bool = False
-    allow_pad: bool = False
+    vocab_parallel: bool = False
+    vocab_padding: int = VOCAB_PADDING
     note: str = ""
 
 
@@ -225,11 +221,11 @@ def _int(cfg: dict, name: str) -> int | None:
 def parallel_spec(checkpoint: Checkpoint, key: str, moe: Literal["tensor", "expert"] = "tensor") -> ParallelSpec:
     """Decide how vLLM-style tensor parallelism treats linear ``key``, from its name and the config.
 
-    q/k/v/gate/up/qkv/in_proj*/q_b/kv_b -> column; o/down/out_proj -> row; ``lm_head`` -> column over the vocab with
-    engine padding; q_a/kv_a_proj_with_mqa/eh_proj -> replicated (vLLM DeepSeek builds them replicated); routed
-    experts: gate/up column and down row for ``moe="tensor"``, whole experts per rank (replicated layout) for
-    ``moe="expert"``; unknown names -> replicated. k/v use KV-head grouping, q/o attention-head grouping, when the
-    config gives head counts and the logical dim.
+    q/k/v/gate/up/qkv/in_proj*/q_b/kv_b -> column; o/down/out_proj -> row; ``lm_head`` -> vocab-parallel column
+    (vLLM's padded vocab slices, :mod:`exl3_format.vocab`); q_a/kv_a_proj_with_mqa/eh_proj -> replicated (vLLM
+    DeepSeek builds them replicated); routed experts: gate/up column and down row for ``moe="tensor"``, whole
+    experts per rank (replicated layout) for ``moe="expert"``; unknown names -> replicated. k/v use KV-head
+    grouping, q/o attention-head grouping, when the config gives head counts and the logical dim.
     """
     proj = projection_name(key)
     cfg = checkpoint.text_config
@@ -237,7 +233,7 @@ def parallel_spec(checkpoint: Checkpoint, key: str, moe: Literal["tensor", "expe
     if parse_expert_key(key) is not None and moe == "expert":
         return ParallelSpec("replicated", n_logical, note="expert parallel: whole experts per rank")
     if proj == "lm_head":
-        return ParallelSpec("column", n_logical, allow_pad=True, note="vocab padded by the engine")
+        return ParallelSpec("column", n_logical, vocab_parallel=True, note="vocab laid out by the engine")
     if proj in _REPLICATED:
         return ParallelSpec("replicated", n_logical)
     if proj == "fc" and module_role(key) == "mtp":  # vLLM Qwen3-Next MTP: ColumnParallelLinear(gather_output=True)
@@ -284,6 +280,45 @@ def _replicated_plan(linear: Exl3Linear, tp: int, logical_n: int, note: str, sel
     return LinearTPPlan(linear.key, tp, "replicated", None, linear.n, logical_n, linear.n, replicas, ranks, note)
 
 
+def _vocab_plan(linear: Exl3Linear, tp: int, logical: int, spec: ParallelSpec) -> LinearTPPlan | str:
+    """Vocab-parallel ``lm_head``: the engine's slices (:mod:`exl3_format.vocab`), each computed from the whole
+    128-blocks that cover it, the rank keeping its slice (``output_select``)."""
+    stored, padding = linear.n, spec.vocab_padding
+    reason = vocab_split_reason(logical, tp, padding)
+    if reason is not None:
+        return reason
+    padded = padded_vocab_size(logical, padding)
+    noise = ((logical, stored),) if logical < stored else ()
+    ranks = []
+    for r, (a, b) in enumerate(vocab_shard_ranges(logical, tp, padding)):
+        lo, hi = covering_blocks(a, b)
+        if hi > stored:
+            return (
+                f"rank {r}'s vocab slice [{a}, {b}) of the {padding}-padded vocab {padded} needs the {BLOCK}-blocks "
+                f"[{lo}, {hi}), past the stored n={stored}"
+            )
+        ranks.append(
+            RankSlice(
+                rank=r,
+                trellis_k_tiles=(0, linear.k // 16),
+                trellis_n_tiles=(lo // 16, hi // 16),
+                suh=(0, linear.k),
+                svh=(lo, hi),
+                bias=(lo, hi) if linear.has_bias else None,
+                noise_ranges=_local(noise, lo, hi),
+                output_select=(a - lo, b - lo),
+                vocab_slice=(a, b),
+                split_dim="n",
+            )
+        )
+    step = padded // tp
+    note = f"vocab {logical}" + (f" padded to {padded}" if padded != logical else "")
+    note += f" (a multiple of {padding}): {step} per rank"
+    if tp > 1 and step % BLOCK:
+        note += f"; each rank computes the {BLOCK}-blocks covering its slice and keeps the slice"
+    return LinearTPPlan(linear.key, tp, "column", "n", stored, logical, padded, 1, tuple(ranks), note)
+
+
 def _plan(linear: Exl3Linear, tp: int, spec: ParallelSpec) -> LinearTPPlan | str:
     """The plan, or the reason (text without the module key) why ``tp`` is not admitted."""
     if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
@@ -296,8 +331,13 @@ def _plan(linear: Exl3Linear, tp: int, spec: ParallelSpec) -> LinearTPPlan | str
     logical = spec.logical if spec.logical and spec.logical <= stored else stored
     if spec.mode == "replicated":
         return _replicated_plan(linear, tp, logical, spec.note)
+    if spec.vocab_parallel and not column:
+        raise Exl3FormatError("parallel mode", tensor=linear.key, expected="column for a vocab-parallel dim",
+                              found=spec.mode)
     if tp > 1 and stored % BLOCK:
         return f"stored {dim}={stored} is not a multiple of {BLOCK}, so no split holds whole Hadamard blocks"
+    if spec.vocab_parallel:
+        return _vocab_plan(linear, tp, logical, spec)
 
     def off_grid(at: int) -> str:
         return (
@@ -310,7 +350,6 @@ def _plan(linear: Exl3Linear, tp: int, spec: ParallelSpec) -> LinearTPPlan | str
 
     note = spec.note
     replicas = 1
-    padded = stored
     heads = spec.heads if spec.heads and logical % spec.heads == 0 else None
     if heads is not None:
         width = logical // heads
@@ -349,34 +388,21 @@ def _plan(linear: Exl3Linear, tp: int, spec: ParallelSpec) -> LinearTPPlan | str
         ranges = [(r * step, (r + 1) * step) for r in range(tp)]
         bad = [a for a, _ in ranges[1:] if a % BLOCK]
         if bad:
-            if not (spec.allow_pad and column):
-                return off_grid(bad[0])
-            step = pad_dim(-(-logical // tp))
-            padded = step * tp
-            if padded < stored:
-                return f"padding {dim}={logical} to TP={tp} whole-block slices gives {padded} < stored {stored}"
-            ranges = [(r * step, (r + 1) * step) for r in range(tp)]
-            note = f"engine-padded {dim} {logical} -> {padded} ({step} per rank)"
-            if padded > stored:
-                note += f"; {padded - stored} pad columns beyond the stored {stored}: their svh and bias must be 0"
-        else:
-            ranges[-1] = (ranges[-1][0], stored)
+            return off_grid(bad[0])
+        ranges[-1] = (ranges[-1][0], stored)
 
     noise = ((logical, stored),) if logical < stored else ()
     slices = []
     for r, (a, b) in enumerate(ranges):
-        sa, sb = min(a, stored), min(b, stored)  # stored part of this rank's range
         if column:
             slices.append(
                 RankSlice(
                     rank=r,
                     trellis_k_tiles=(0, linear.k // 16),
-                    trellis_n_tiles=(sa // 16, sb // 16),
+                    trellis_n_tiles=(a // 16, b // 16),
                     suh=(0, linear.k),
-                    svh=(sa, sb),
-                    bias=(sa, sb) if linear.has_bias else None,
-                    pad=(b - a) - (sb - sa),
-                    pad_ranges=_local(((stored, padded),), a, b) if padded > stored else (),
+                    svh=(a, b),
+                    bias=(a, b) if linear.has_bias else None,
                     noise_ranges=_local(noise, a, b),
                     split_dim="n",
                 )
@@ -385,16 +411,16 @@ def _plan(linear: Exl3Linear, tp: int, spec: ParallelSpec) -> LinearTPPlan | str
             slices.append(
                 RankSlice(
                     rank=r,
-                    trellis_k_tiles=(sa // 16, sb // 16),
+                    trellis_k_tiles=(a // 16, b // 16),
                     trellis_n_tiles=(0, linear.n // 16),
-                    suh=(sa, sb),
+                    suh=(a, b),
                     svh=(0, linear.n),
                     bias=(0, linear.n) if linear.has_bias and a == 0 else None,
                     noise_ranges=_local(noise, a, b),
                     split_dim="k",
                 )
             )
-    return LinearTPPlan(linear.key, tp, spec.mode, dim, stored, logical, padded, replicas, tuple(slices), note)
+    return LinearTPPlan(linear.key, tp, spec.mode, dim, stored, logical, stored, replicas, tuple(slices), note)
 
 
 def plan_linear_tp(
@@ -405,7 +431,8 @@ def plan_linear_tp(
     logical: int | None = None,
     heads: int | None = None,
     replicate_heads: bool = False,
-    allow_pad: bool = False,
+    vocab_parallel: bool = False,
+    vocab_padding: int = VOCAB_PADDING,
 ) -> LinearTPPlan:
     """Per-rank slices of one linear at TP degree ``tp``.
 
@@ -419,17 +446,25 @@ def plan_linear_tp(
         replicate_heads: KV heads: with ``tp > heads`` every rank holds one head (``tp / heads`` replicas); when
             the head width is not whole 128-blocks, every rank holds the whole tensor and keeps its head's
             columns (``output_select``).
-        allow_pad: column splits only: when the even split misses the 128 grid, pad the dim to ``tp`` equal
-            whole-block slices (``lm_head`` vocab); the pad columns need svh = 0 (``RankSlice.pad_ranges``).
+        vocab_parallel: column splits only: ``logical`` is a vocab the engine pads to ``vocab_padding`` and
+            splits evenly (vLLM ``ParallelLMHead``, :mod:`exl3_format.vocab`); each rank computes the 128-blocks
+            covering its slice and keeps the slice (``RankSlice.output_select``/``vocab_slice``); columns at or
+            beyond the vocab need svh = 0 (``RankSlice.svh_zero``).
+        vocab_padding: the engine's vocab padding granule (vLLM default 64).
 
     Returns:
         A :class:`LinearTPPlan`.
 
     Raises:
         Exl3FormatError: the degree is not admitted for this linear (the message gives the reason: a rank
-            boundary off the 128 grid, heads not divisible, stored dim not 128-aligned), or bad arguments.
+            boundary off the 128 grid, heads not divisible, stored dim not 128-aligned, a padded vocab the engine
+            cannot split), or bad arguments.
     """
-    spec = mode if isinstance(mode, ParallelSpec) else ParallelSpec(mode, logical, heads, replicate_heads, allow_pad)
+    spec = (
+        mode
+        if isinstance(mode, ParallelSpec)
+        else ParallelSpec(mode, logical, heads, replicate_heads, vocab_parallel, vocab_padding)
+    )
     result = _plan(linear, tp, spec)
     if isinstance(result, str):
         raise Exl3FormatError(

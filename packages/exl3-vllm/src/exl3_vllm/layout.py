@@ -13,17 +13,20 @@ serves, the layout says:
 * the input: vLLM passes ``k_in`` columns; the rank multiplies ``k_local`` stored rows, so x is zero-extended by
   ``k_local - k_in`` (exllamav3 pads in_features to 128 and the padded rows must meet zeros, §1.6).
 
-Every rank boundary falls on a 128-column Hadamard block (``docs/exl3-format.md`` §8): the per-rank slices of
-column/row splits come from :func:`exl3_format.plan_linear_tp`, which refuses a degree that would cut a block
-and names the rule. Two layouts are this module's own:
+Every rank holds whole 128-column Hadamard blocks (``docs/exl3-format.md`` §8). All per-rank slices come from
+:func:`exl3_format.plan_linear_tp`, the one rule that ``exl3-inspect --tp`` applies too, which refuses a degree
+that would cut a block and names the rule (``docs/tensor-parallel.md``):
 
-* ``lm_head``: vLLM fixes the vocab slice of each rank (``ParallelLMHead``: the vocab padded to 64, then split
-  evenly), and those boundaries need not be multiples of 128. The rank holds the whole 128-blocks covering its
-  slice and keeps its columns (``select``). This costs at most two extra blocks per rank and never refuses a
-  degree. The blocks never reach past the stored tensor: the last slice ends at vLLM's padded vocab
-  pad64(V) <= pad128(V), the stored width. Columns >= V (vLLM's padding) get svh = 0, so their logits are 0.
-* Shards split from one stored tensor (a projection the source model itself fuses, e.g. Phi-3 ``qkv_proj``):
-  each part is split on its own, offset by its column in the stored tensor (two column cuts compose, §8).
+* column/row/replicated modules: vLLM's even logical split (whole heads for q/k/v), every boundary on the grid;
+* ``lm_head``: vLLM fixes the vocab slice of each rank (``ParallelLMHead``: the vocab padded to a multiple of
+  ``padding_size`` = 64, then split evenly; :mod:`exl3_format.vocab`). The rank holds the whole 128-blocks covering
+  its slice and keeps its columns (``select``), at most two extra blocks per rank; columns >= V get svh = 0, so
+  their logits are 0. The slice vLLM built is checked against the rule's, so a change in vLLM's layout is an error,
+  not wrong logits.
+
+Shards split from one stored tensor (a projection the source model itself fuses, e.g. Phi-3 ``qkv_proj``) are
+this module's own: each part is split on its own, offset by its column in the stored tensor (two column cuts
+compose, §8).
 """
 
 from __future__ import annotations
@@ -32,7 +35,17 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from exl3_format import BLOCK, Checkpoint, Codebook, Exl3FormatError, ParallelSpec, ShardMap, pad_dim, plan_linear_tp
+from exl3_format import (
+    BLOCK,
+    VOCAB_PADDING,
+    Checkpoint,
+    Codebook,
+    Exl3FormatError,
+    ParallelSpec,
+    ShardMap,
+    pad_dim,
+    plan_linear_tp,
+)
 
 from .errors import Exl3VllmError
 
@@ -72,7 +85,9 @@ class LayerGeometry:
         logical_k: global in_features (unpadded).
         k_in: columns of x vLLM passes on this rank.
         shards: per shard, in output order.
-        vocab_start: ``lm_head`` only: first column (token id) of this rank's slice of vLLM's padded vocab.
+        vocab_start: ``lm_head`` only: first column (token id) of this rank's slice of vLLM's padded vocab
+            (``shard_indices.padded_org_vocab_start_index``).
+        vocab_padding: ``lm_head`` only: vLLM's vocab padding granule (``ParallelLMHead.padding_size``).
     """
 
     module: str
@@ -83,6 +98,7 @@ class LayerGeometry:
     k_in: int
     shards: tuple[ShardSpec, ...]
     vocab_start: int = 0
+    vocab_padding: int = VOCAB_PADDING
 
 
 @dataclass(frozen=True)
@@ -303,18 +319,24 @@ def _row_shard(geometry: LayerGeometry, checkpoint: Checkpoint, shard, spec: Sha
 
 
 def _lm_head_shard(geometry: LayerGeometry, checkpoint: Checkpoint, shard, spec: ShardSpec, index: int) -> ShardLayout:
-    """vLLM's vocab slice ``[a, a + width)`` of this rank, computed from the whole 128-blocks that cover it."""
+    """vLLM's vocab slice of this rank, computed from the whole 128-blocks that cover it (exl3-format's
+    vocab-parallel plan), after checking that the slice vLLM built is the one the plan assumes."""
     linear = checkpoint.linears[shard.key]
-    a = geometry.vocab_start
-    b = a + spec.width
-    lo = a // BLOCK * BLOCK
-    hi = pad_dim(b, BLOCK)
-    if hi > linear.n:
+    pspec = ParallelSpec("column", spec.logical_n, vocab_parallel=True, vocab_padding=geometry.vocab_padding)
+    try:
+        plan = plan_linear_tp(linear, geometry.tp_size, pspec)
+    except Exl3FormatError as err:
+        raise _tp_error(geometry, shard.key, err) from None
+    rank = plan.ranks[geometry.tp_rank]
+    built = (geometry.vocab_start, geometry.vocab_start + spec.width)
+    if rank.vocab_slice != built:
         raise _fail(
-            geometry.module, f"rank {geometry.tp_rank} vocab slice [{a}, {b}) reaches past the stored {linear.n}"
+            geometry.module,
+            f"vLLM gives TP rank {geometry.tp_rank}/{geometry.tp_size} the vocab columns [{built[0]}, {built[1]}), "
+            f"but exl3_format.vocab expects [{rank.vocab_slice[0]}, {rank.vocab_slice[1]}) for vocab "
+            f"{spec.logical_n} padded to a multiple of {geometry.vocab_padding}: vLLM's ParallelLMHead layout "
+            "changed",
         )
-    vocab = spec.logical_n
-    zero = ((vocab - lo, hi - lo),) if vocab < hi else ()
     return ShardLayout(
         index=index,
         name=shard.name,
@@ -324,9 +346,9 @@ def _lm_head_shard(geometry: LayerGeometry, checkpoint: Checkpoint, shard, spec:
         stored_k=linear.k,
         stored_n=linear.n,
         k_range=(0, linear.k),
-        n_range=(lo, hi),
-        select=(a - lo, b - lo),
-        zero=zero,
+        n_range=rank.svh,
+        select=rank.output_select,
+        zero=rank.svh_zero,
         has_bias=linear.has_bias,
     )
 
@@ -346,7 +368,8 @@ def build_layout(geometry: LayerGeometry, checkpoint: Checkpoint, shard_map: Sha
     Raises:
         Exl3VllmError: the checkpoint's dims do not pad to the model's (stored != pad128(logical)); the shards use
             different codebooks or disagree on the bias; the TP degree would cut a 128-block (the message names
-            the checkpoint linear and the rule); vLLM's per-rank widths do not match the plan.
+            the checkpoint linear and the rule); vLLM's per-rank widths (or ``lm_head`` vocab slice) do not match
+            the plan.
     """
     module = geometry.module
     if len(shard_map.shards) != len(geometry.shards):

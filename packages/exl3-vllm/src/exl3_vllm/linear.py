@@ -69,7 +69,7 @@ def geometry_of(layer: torch.nn.Module, module: str, input_size_per_partition: i
         return LayerGeometry(
             module, "lm_head", get_tensor_model_parallel_rank(), layer.tp_size, layer.embedding_dim,
             layer.embedding_dim, (ShardSpec(layer.org_vocab_size, widths[0]),),
-            vocab_start=layer.shard_indices.padded_org_vocab_start_index,
+            vocab_start=layer.shard_indices.padded_org_vocab_start_index, vocab_padding=layer.padding_size,
         )
     if isinstance(layer, QKVParallelLinear):
         if len(layer.output_sizes) != 3:
