@@ -21,6 +21,8 @@ from pathlib import Path
 
 
 def _steps_compare(a: dict, b: dict) -> dict:
+    """Run b against base run a (same checkpoint): common greedy prefix, max |d logprob| of the chosen token over
+    it (nats), and at the first differing step both candidates' log-probs in both runs."""
     ga, gb = a["vllm_greedy"], b["vllm_greedy"]
     p = 0
     while p < min(len(ga), len(gb)) and ga[p] == gb[p]:
@@ -45,6 +47,9 @@ def _fmt(x, nd=4):
 
 
 def e2e(paths: list[str], out: Path) -> None:
+    """Merge ``tools/vllm_e2e.py`` record files (later records win per checkpoint/mode/TP); write out.md/out.json.
+
+    Raises KeyError on a record without the fields vllm_e2e.py writes."""
     recs = []
     for p in paths:
         recs += json.loads(Path(p).read_text())
@@ -84,6 +89,8 @@ def e2e(paths: list[str], out: Path) -> None:
 
 
 def serving(paths: list[str], out: Path, logs: str | None) -> None:
+    """Tabulate ``vllm bench serve --save-result`` files named serving-<model>-c<concurrency>.json (tok/s, TTFT and
+    TPOT in ms) and the memory lines of serve-<model>.log; write out.md/out.json. SystemExit on another file name."""
     res = {}
     for p in paths:
         m = re.search(r"serving-(\w+)-c(\d+)\.json$", p)
