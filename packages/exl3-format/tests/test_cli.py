@@ -251,3 +251,18 @@ def test_runs_without_torch(qwen3_moe):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["totals"]["linears"] == 50
+
+
+def test_summary_line(qwen3_moe):
+    """The one-line start-up summary the vLLM plugin logs: counts, bytes, bits and the K histogram agree with the
+    full report."""
+    from exl3_format import load_checkpoint, summary_line
+    from exl3_format.report import build_report
+
+    checkpoint = load_checkpoint(qwen3_moe)
+    line = summary_line(checkpoint)
+    assert line == ("exl3: 50 quantized linears, 3.27 MiB (checkpoint 4.26 MiB); decoder 3.176 bits/weight "
+                    "(3.267 stored), codebook mul1; K=2.5 x12, K=3 x24, K=4 x9, K=5 x4, K=6 x1")
+    report = build_report(checkpoint)
+    assert report["totals"]["linears"] == 50 and round(report["totals"]["decoder_bits"], 3) == 3.176
+    assert [(slot["K"], slot["modules"]) for slot in report["k_histogram"]] == [(2.5, 12), (3, 24), (4, 9), (5, 4), (6, 1)]

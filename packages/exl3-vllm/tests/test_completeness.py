@@ -150,3 +150,27 @@ def test_unquantized_head_with_debug_names(ckpt_dir, dist, monkeypatch):
     ref = hf_logits(hf_reference_model(path, checkpoint_tensors(path)), PROMPT)
     logits = logits_of(model, cfg, PROMPT)
     assert ((logits - ref).abs().max() / ref.abs().max()).item() < 1e-3
+
+
+def test_startup_summary_logged_once(ckpt_dir):
+    """vLLM's start-up log gets exl3-format's one-line summary of the checkpoint, once per quant config."""
+    from exl3_format import load_checkpoint, summary_line
+
+    path = ckpt_dir("llama-summary", "tiny_llama")
+    records: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    handler = Collect(level=logging.INFO)
+    lg = logging.getLogger("vllm.exl3_vllm.config")
+    lg.addHandler(handler)
+    try:
+        cfg = engine_config(path)
+        cfg.quant_config._validate_checkpoint()  # a second validation (e.g. the lazy path) does not log again
+    finally:
+        lg.removeHandler(handler)
+    expected = summary_line(load_checkpoint(path))
+    assert records.count(expected) == 1, records
+    assert expected.startswith("exl3: ") and "quantized linears" in expected

@@ -21,7 +21,7 @@ from .errors import Exl3FormatError
 from .header import DTYPE_BITS, TensorInfo, list_checkpoint_tensors, read_header, read_marker_u32
 from .hint import compare_hint
 from .naming import layer_index, module_role, parse_expert_key, projection_name
-from .report import build_report, render_text
+from .report import build_report, render_text, summary_line
 from .resolve import Resolution, ResolveMethod, resolve_module_names
 from .schema import Checkpoint, Exl3Linear, ExpertGroup, HintMismatch, QuantizedEmbedding
 from .shards import (
@@ -80,6 +80,7 @@ __all__ = [
     "admitted_tp_degrees",
     "bits_from_trellis_last_dim",
     "build_report",
+    "summary_line",
     "build_shard_map",
     "build_split_shard_map",
     "compare_hint",

@@ -15,7 +15,7 @@ from .schema import Checkpoint
 from .shards import DEFAULT_PACKED_MODULES
 from .tp import admitted_tp_degrees, linear_tp_reason, parallel_spec, plan_linear_tp
 
-__all__ = ["build_report", "render_text"]
+__all__ = ["build_report", "render_text", "summary_line"]
 
 DEFAULT_TP_CANDIDATES = (1, 2, 4, 8)
 
@@ -250,3 +250,26 @@ def render_text(report: dict[str, Any]) -> str:
     lines.append(f"warnings ({len(warnings)}):" if warnings else "warnings: none")
     lines.extend(f"  - {warning}" for warning in warnings)
     return "\n".join(lines) + "\n"
+
+
+def summary_line(checkpoint: Checkpoint) -> str:
+    """One line for an engine's start-up log: linear count and bytes, decoder bits per weight (nominal and as
+    stored, with suh/svh/bias), the codebooks and the K histogram (modules per K).
+
+    Example: ``exl3: 29 quantized linears, 2.68 MiB (checkpoint 6.68 MiB); decoder 3 bits/weight (3.099 stored),
+    codebook mul1; K=3 x28, K=6 x1``. Reads only what :func:`exl3_format.load_checkpoint` parsed (no I/O).
+    """
+    def size(nbytes: int) -> str:
+        return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.2f} MiB"
+
+    counts: dict[float, int] = {}
+    for lin in checkpoint.linears.values():
+        counts[lin.K] = counts.get(lin.K, 0) + 1
+    codebooks = sorted({lin.codebook.value for lin in checkpoint.linears.values()})
+    bits, stored = checkpoint.decoder_bits(), checkpoint.decoder_storage_bpw()
+    decoder = "no decoder linears" if bits is None else (
+        f"decoder {format_k(bits) if bits in counts else f'{bits:.3f}'} bits/weight"
+        + ("" if stored is None else f" ({stored:.3f} stored)"))
+    hist = ", ".join(f"K={format_k(K)} x{n}" for K, n in sorted(counts.items()))
+    return (f"exl3: {len(checkpoint.linears)} quantized linears, {size(checkpoint.linear_bytes)} (checkpoint "
+            f"{size(checkpoint.total_bytes)}); {decoder}, codebook {'/'.join(codebooks) or '-'}; {hist or 'no K'}")

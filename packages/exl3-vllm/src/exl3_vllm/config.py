@@ -28,7 +28,7 @@ import os
 from typing import Any
 
 import torch
-from exl3_format import DEFAULT_PACKED_MODULES, Checkpoint
+from exl3_format import DEFAULT_PACKED_MODULES, Checkpoint, summary_line
 from exl3_format.naming import ROLE_HEAD
 from vllm.logger import init_logger
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig, QuantizeMethodBase
@@ -65,6 +65,7 @@ class Exl3Config(QuantizationConfig):
         self.model_name: str | None = None
         self.revision: str | None = None
         self._mapper = None
+        self._summary_logged = False
         self._claims: ClaimRegistry | None = None
         self._claims_checked = False
         self._expert_prefixes: list[str] | None = None
@@ -215,6 +216,9 @@ class Exl3Config(QuantizationConfig):
             )
         for warning in ckpt.warnings:
             logger.warning("exl3 checkpoint: %s", warning)
+        if not self._summary_logged:
+            self._summary_logged = True
+            logger.info("%s", summary_line(ckpt))
 
     def _untie_quantized_head(self, hf_config: Any) -> None:
         if hf_config is None:
