@@ -8,6 +8,8 @@
 #include <torch/library.h>
 #include <ATen/ATen.h>
 
+#include <string>
+
 #include "exl3/params.h"
 
 namespace {
@@ -16,6 +18,15 @@ using at::Tensor;
 
 void check_cuda(cudaError_t e, const char* what) {
   TORCH_CHECK(e == cudaSuccess, "exl3_kernels: ", what, " failed: ", cudaGetErrorString(e));
+}
+
+// The kernels move 16-byte chunks (cp.async, float4, red.v4) and 8-byte groups (uint2): a tensor that is a view
+// at an odd offset into its storage would fault or read the wrong bytes, so the pointer is checked here.
+void check_aligned(const Tensor& t, int bytes, const char* op, const char* name, int64_t i = -1) {
+  const auto addr = reinterpret_cast<uintptr_t>(t.data_ptr());
+  const std::string idx = i < 0 ? std::string() : "[" + std::to_string(i) + "]";
+  TORCH_CHECK(addr % bytes == 0, "exl3_kernels.", op, ": ", name, idx, " must be ", bytes, "-byte aligned (address ", addr,
+              " is not; pass a contiguous tensor that does not start at an odd offset into its storage)");
 }
 
 int k2_of(const Tensor& trellis, int64_t i) {
@@ -51,6 +62,8 @@ int fill_shards(exl3::GemmShard* sh, const std::vector<Tensor>& trellis, const s
     const Tensor& v = svh[i];
     TORCH_CHECK(v.scalar_type() == at::kHalf && v.is_contiguous() && v.dim() == 1 && v.size(0) == n && v.device() == ref.device(),
                 "exl3_kernels: svh[", i, "] must be contiguous fp16 [", n, "] on ", ref.device(), ", got ", v.scalar_type(), " ", v.sizes());
+    check_aligned(t, 16, "gemm/reconstruct", "trellis", i);
+    check_aligned(v, 8, "gemm/reconstruct", "svh", i);
     sh[i].trellis = reinterpret_cast<const uint32_t*>(t.data_ptr());
     sh[i].svh = reinterpret_cast<const uint16_t*>(v.data_ptr());
     sh[i].xh = nullptr;
@@ -73,6 +86,7 @@ Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh) {
   TORCH_CHECK(S >= 1 && S <= exl3::kMaxShards, "exl3_kernels.input_transform: 1..", exl3::kMaxShards, " suh tensors, got ", S);
   c10::cuda::CUDAGuard guard(x.device());
   exl3::InputTransformParams p{};
+  check_aligned(x, 8, "input_transform", "x");
   p.x = x.data_ptr();
   p.x_bf16 = x.scalar_type() == at::kBFloat16;
   p.x_stride = x.stride(0);
@@ -104,6 +118,7 @@ Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vec
   c10::cuda::CUDAGuard guard(xh.device());
   exl3::GemmParams p{};
   const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, xh);
+  check_aligned(xh, 16, "gemm", "xh");
   for (int64_t i = 0; i < S; ++i) p.shard[i].xh = reinterpret_cast<const uint16_t*>(xh.data_ptr()) + i * m * k;
   p.num_shards = static_cast<int>(S);
   p.m = static_cast<int>(m);
@@ -113,6 +128,7 @@ Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vec
     const Tensor& b = *bias;
     TORCH_CHECK(b.scalar_type() == at::kFloat && b.is_contiguous() && b.dim() == 1 && b.size(0) == n_total && b.device() == xh.device(),
                 "exl3_kernels.gemm: bias must be contiguous fp32 [", n_total, "] on ", xh.device(), ", got ", b.scalar_type(), " ", b.sizes());
+    check_aligned(b, 16, "gemm", "bias");
     p.bias = b.data_ptr<float>();
   }
   const int64_t k16 = k / 16;
@@ -125,6 +141,7 @@ Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vec
     TORCH_CHECK(acc.scalar_type() == at::kFloat && acc.is_contiguous() && acc.device() == xh.device() && acc.numel() >= m * n_total,
                 "exl3_kernels.gemm: split-k needs a zeroed fp32 accumulator of at least ", m * n_total, " elements on ", xh.device(),
                 ", got ", acc.scalar_type(), " with ", acc.numel());
+    check_aligned(acc, 16, "gemm", "acc");
     p.acc = acc.data_ptr<float>();
   }
   Tensor y = at::empty({m, n_total}, xh.options().dtype(out_dtype));
@@ -166,10 +183,61 @@ void reconstruct_into(Tensor& w, const std::vector<Tensor>& trellis, const std::
   p.col_begin = static_cast<int>(col_begin);
   p.col_end = static_cast<int>(col_end);
   p.transform = transform ? 1 : 0;
+  check_aligned(w, 8, "reconstruct", "w");
   p.w = w.data_ptr();
   p.w_bf16 = dtype == at::kBFloat16;
   check_cuda(exl3::launch_reconstruct(p, static_cast<int>(codebook), c10::cuda::getCurrentCUDAStream(ref.device().index()).stream()),
              "reconstruct launch");
+}
+
+// y = concat_s(had_n(acc[:, shard s]) * svh_s / sqrt(128)) + bias from an fp32 accumulator that someone else
+// filled (the dense path with transforms on the activations: acc = had_k(x * suh) @ Ŵ written by cuBLAS into
+// the split-k workspace). Like the split-k epilogue it re-zeroes the m * n_total elements it read.
+Tensor output_transform(const Tensor& acc, const std::vector<Tensor>& svh, const std::optional<Tensor>& bias, int64_t m,
+                        at::ScalarType out_dtype) {
+  TORCH_CHECK(acc.is_cuda() && acc.scalar_type() == at::kFloat && acc.is_contiguous(),
+              "exl3_kernels.output_transform: acc must be a contiguous fp32 CUDA tensor, got ", acc.scalar_type(), " on ", acc.device());
+  TORCH_CHECK(out_dtype == at::kHalf || out_dtype == at::kBFloat16,
+              "exl3_kernels.output_transform: out_dtype must be fp16 or bf16, got ", out_dtype);
+  const int64_t S = static_cast<int64_t>(svh.size());
+  TORCH_CHECK(S >= 1 && S <= exl3::kMaxShards, "exl3_kernels.output_transform: 1..", exl3::kMaxShards, " svh tensors, got ", S);
+  check_aligned(acc, 16, "output_transform", "acc");
+  c10::cuda::CUDAGuard guard(acc.device());
+  exl3::GemmParams p{};
+  int col = 0;
+  for (int64_t i = 0; i < S; ++i) {
+    const Tensor& v = svh[i];
+    TORCH_CHECK(v.scalar_type() == at::kHalf && v.is_contiguous() && v.dim() == 1 && v.size(0) % 128 == 0 && v.device() == acc.device(),
+                "exl3_kernels.output_transform: svh[", i, "] must be contiguous fp16 [n], n a multiple of 128, on ", acc.device(),
+                ", got ", v.scalar_type(), " ", v.sizes(), " on ", v.device());
+    check_aligned(v, 8, "output_transform", "svh", i);
+    p.shard[i].svh = reinterpret_cast<const uint16_t*>(v.data_ptr());
+    p.shard[i].n = static_cast<int>(v.size(0));
+    p.shard[i].col_offset = col;
+    col += static_cast<int>(v.size(0));
+  }
+  const int n_total = col;
+  TORCH_CHECK(m >= 0 && acc.numel() >= m * n_total, "exl3_kernels.output_transform: acc has ", acc.numel(),
+              " elements, m * n_total = ", m * n_total);
+  p.num_shards = static_cast<int>(S);
+  p.m = static_cast<int>(m);
+  p.n_total = n_total;
+  if (bias.has_value()) {
+    const Tensor& b = *bias;
+    TORCH_CHECK(b.scalar_type() == at::kFloat && b.is_contiguous() && b.dim() == 1 && b.size(0) == n_total && b.device() == acc.device(),
+                "exl3_kernels.output_transform: bias must be contiguous fp32 [", n_total, "] on ", acc.device(), ", got ",
+                b.scalar_type(), " ", b.sizes());
+    check_aligned(b, 16, "output_transform", "bias");
+    p.bias = b.data_ptr<float>();
+  }
+  p.acc = acc.data_ptr<float>();
+  p.split = 2;  // informational: the epilogue path
+  Tensor y = at::empty({m, n_total}, acc.options().dtype(out_dtype));
+  p.y = y.data_ptr();
+  p.y_bf16 = out_dtype == at::kBFloat16;
+  check_cuda(exl3::launch_output_transform(p, c10::cuda::getCurrentCUDAStream(acc.device().index()).stream()),
+             "output_transform launch");
+  return y;
 }
 
 Tensor reconstruct(const std::vector<Tensor>& trellis, const std::vector<Tensor>& suh, const std::vector<Tensor>& svh,
@@ -219,6 +287,8 @@ TORCH_LIBRARY(exl3_kernels, m) {
   // clone and copy it back around every call under torch.compile.
   m.def("gemm(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int bm, int split, Tensor acc, "
         "ScalarType out_dtype) -> Tensor");
+  // `acc` as in gemm: read, then re-zeroed (left as the workspace contract wants it), hence immutable.
+  m.def("output_transform(Tensor acc, Tensor[] svh, Tensor? bias, int m, ScalarType out_dtype) -> Tensor");
   m.def("reconstruct(Tensor[] trellis, Tensor[] suh, Tensor[] svh, int codebook, int col_begin, int col_end, "
         "ScalarType dtype, bool transform) -> Tensor");
   m.def("reconstruct_out(Tensor(a!) out, Tensor[] trellis, Tensor[] suh, Tensor[] svh, int codebook, int col_begin, "
@@ -231,6 +301,7 @@ TORCH_LIBRARY(exl3_kernels, m) {
 TORCH_LIBRARY_IMPL(exl3_kernels, CUDA, m) {
   m.impl("input_transform", &input_transform);
   m.impl("gemm", &gemm);
+  m.impl("output_transform", &output_transform);
   m.impl("reconstruct", &reconstruct);
   m.impl("reconstruct_out", &reconstruct_out);
   m.impl("decode_lut", &decode_lut);

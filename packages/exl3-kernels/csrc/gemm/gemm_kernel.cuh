@@ -29,6 +29,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <type_traits>
+#include <utility>
+
 #include "exl3/codebook.cuh"
 #include "exl3/hadamard.cuh"
 #include "exl3/mma.cuh"
@@ -36,6 +39,17 @@
 #include "exl3/trellis.cuh"
 
 namespace exl3 {
+
+// f(std::integral_constant<int, i>{}) for i = 0 .. N-1: loop indices usable as template arguments
+// (immediate offsets) where #pragma unroll would leave them as runtime values for the front end.
+template <typename F, int... I>
+__device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, typename F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for_impl(f, std::make_integer_sequence<int, N>{});
+}
 
 constexpr int kBK = 64;        // k rows per pipeline stage (4 trellis tile rows)
 constexpr int kStages = 4;     // cp.async pipeline depth
@@ -101,49 +115,59 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   const int rows_here = min(BM, p.m - row0);
   const int valid_mb = (rows_here + 15) / 16;
 
-  uint16_t* a_smem = reinterpret_cast<uint16_t*>(smem);
-  uint32_t* b_smem = reinterpret_cast<uint32_t*>(smem + kStages * a_stage_bytes(BM));
+  // Shared-memory layout: kStages A stages, then kStages B stages. Every per-thread address below is a
+  // 32-bit shared address fixed for the whole k loop; per stage only the buffer offset is added, and the
+  // k16 step and m16 block go into the instructions' immediate offsets (the previous loop recomputed
+  // addresses every stage: ~34 of its ~83 instructions per tile, SASS of gemm_kernel<mcg, 16>, K = 4).
+  constexpr int kAStage = a_stage_bytes(BM);
+  constexpr int kBStage = b_stage_bytes(K2);
+  const uint32_t smem_a = smem_u32(smem);
+  const uint32_t smem_b = smem_a + kStages * kAStage;
 
-  // cp.async work of this thread, fixed for the whole k loop (computed once; each stage only adds the
-  // k offset). A: BM rows x 8 chunks of 16 bytes; B: 4 tile rows x 8 tiles x kTileWords words = 8 * K2
-  // chunks per tile row.
+  // cp.async work of this thread. A: BM rows x 8 chunks of 16 bytes; thread t copies chunk (t % 8) of rows
+  // t / 8 + 32 j. The swizzle (ch ^ (row & 7)) is the same for all j (32 rows apart), so chunk j lands at
+  // a_dst0 + j * 32 rows (an immediate). B: 4 tile rows x 8 tiles x kTileWords words = 2 * kTileWords chunks
+  // per tile row, stored densely, so thread t's chunk j lands at 16 * (t + 256 j); its global offset
+  // (tile row i, chunk ch) is kept per j. Only two 64-bit source pointers advance per stage.
   constexpr int kAChunks = BM * 8;
   constexpr int kAPer = (kAChunks + kThreads - 1) / kThreads;
   constexpr int kBChunksRow = 2 * kTileWords;  // 16-byte chunks per tile row of 8 tiles
   constexpr int kBChunks = (kBK / 16) * kBChunksRow;
   constexpr int kBPer = (kBChunks + kThreads - 1) / kThreads;
-  const uint16_t* a_src[kAPer];
-  int a_dst[kAPer], a_bytes[kAPer];
-#pragma unroll
-  for (int j = 0; j < kAPer; ++j) {
-    const int c = tid + j * kThreads;
-    const int r = c >> 3, ch = c & 7;
-    const bool ok = c < kAChunks && r < rows_here;
-    a_src[j] = sh.xh + (ok ? (int64_t)(row0 + r) * p.k + k16_begin * 16 + ch * 8 : 0);
-    a_dst[j] = c < kAChunks ? r * kBK + ((ch ^ (r & 7)) * 8) : -1;
-    a_bytes[j] = ok ? 16 : 0;
-  }
-  const uint32_t* b_src[kBPer];
-  int b_dst[kBPer];
+  const int a_row = tid >> 3, a_ch = tid & 7;
+  const uint32_t a_dst0 = smem_a + 2u * (uint32_t)(a_row * kBK + ((a_ch ^ (a_row & 7)) * 8));
+  const uint16_t* a_ptr = sh.xh + (int64_t)(row0 + a_row) * p.k + k16_begin * 16 + a_ch * 8;
+  const int64_t a_jstride = (int64_t)(kThreads / 8) * p.k;  // 32 rows
+  const uint32_t b_dst0 = smem_b + 16u * (uint32_t)tid;
+  const uint32_t* b_ptr = sh.trellis + ((int64_t)k16_begin * tiles_n + tn0) * kTileWords;
+  int b_src_off[kBPer];
 #pragma unroll
   for (int j = 0; j < kBPer; ++j) {
     const int c = tid + j * kThreads;
-    const int i = c / kBChunksRow, ch = c % kBChunksRow;
-    b_src[j] = sh.trellis + ((int64_t)(k16_begin + i) * tiles_n + tn0) * kTileWords + ch * 4;
-    b_dst[j] = c < kBChunks ? i * (8 * kTileWords) + ch * 4 : -1;
+    b_src_off[j] = (c / kBChunksRow) * tiles_n * kTileWords + (c % kBChunksRow) * 4;
   }
   const int64_t b_stage_step = (int64_t)(kBK / 16) * tiles_n * kTileWords;  // words per stage
 
-  auto load_stage = [&](int stage, int buf) {
-    uint16_t* a_dst_buf = a_smem + buf * (BM * kBK);
-#pragma unroll
-    for (int j = 0; j < kAPer; ++j)
-      if (kAChunks % kThreads == 0 || a_dst[j] >= 0)
-        cp_async16(a_dst_buf + a_dst[j], a_src[j] + (a_bytes[j] ? stage * kBK : 0), a_bytes[j]);
-    uint32_t* b_dst_buf = b_smem + buf * ((kBK / 16) * 8 * kTileWords);
-#pragma unroll
-    for (int j = 0; j < kBPer; ++j)
-      if (kBChunks % kThreads == 0 || b_dst[j] >= 0) cp_async16(b_dst_buf + b_dst[j], b_src[j] + stage * b_stage_step);
+  // Issue the copies of the next stage into the buffer at byte offsets (a_off, b_off) and advance the sources.
+  auto load_stage = [&](uint32_t a_off, uint32_t b_off) __attribute__((always_inline)) {
+    static_for<kAPer>([&](auto j_c) {
+      constexpr int j = decltype(j_c)::value;
+      const int r = a_row + j * (kThreads / 8);
+      // Threads past the last chunk copy nothing; rows past m are zero-filled (src-size 0) from a valid
+      // address (the tensor's first element), never from past its end.
+      if (kAChunks % kThreads == 0 || r < BM) {
+        const bool in = r < rows_here;
+        cp_async16_at<j * (kThreads / 8) * kBK * 2>(a_dst0 + a_off, in ? a_ptr + j * a_jstride : sh.xh,
+                                                      in ? 16 : 0);
+      }
+    });
+    static_for<kBPer>([&](auto j_c) {
+      constexpr int j = decltype(j_c)::value;
+      if (kBChunks % kThreads == 0 || tid + j * kThreads < kBChunks)
+        cp_async16_at<j * kThreads * 16>(b_dst0 + b_off, b_ptr + b_src_off[j]);
+    });
+    a_ptr += kBK;
+    b_ptr += b_stage_step;
   };
 
   const DecodeConsts dk = DecodeConsts::make();
@@ -155,46 +179,60 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[mb][h][i] = 0.f;
 
-  // Prologue: fill kStages - 1 stages.
+  // Prologue: fill kStages - 1 stages (buffers 0 .. kStages - 2).
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_stages) load_stage(s, s);
+    if (s < num_stages) load_stage(s * kAStage, s * kBStage);
     cp_async_commit();
   }
 
   // ldmatrix.x4 addressing: lane l feeds row (l % 8) + 8 * ((l / 8) % 2) of the m16 block and the k
   // half (l / 16): matrices 0..3 = (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15),
-  // (rows 8-15, k 8-15) = fragment registers a0..a3.
+  // (rows 8-15, k 8-15) = fragment registers a0..a3. The swizzled chunk (ch ^ (row & 7)) depends on the
+  // lane and on kk, so one address per kk (buffer 0, m16 block 0); buffers and m16 blocks add immediates.
   const int ld_row = (lane & 7) + 8 * ((lane >> 3) & 1);
   const int ld_khalf = lane >> 4;
+  uint32_t a_ld[kBK / 16];
+#pragma unroll
+  for (int kk = 0; kk < kBK / 16; ++kk)
+    a_ld[kk] = smem_a + 2u * (uint32_t)(ld_row * kBK + (((kk * 2 + ld_khalf) ^ (ld_row & 7)) * 8));
+  // Lane window words of tile (kk = 0, column = warp) in buffer 0; kk and the buffer add immediates.
+  const LaneWindow<K2> lw = LaneWindow<K2>::make(lane);
+  const uint32_t w_base = smem_b + 4u * (uint32_t)(warp * kTileWords);
+  const uint32_t w_addr0 = w_base + lw.off[0], w_addr1 = w_base + lw.off[1], w_addr2 = w_base + lw.off[2];
 
+  // The k loop stays rolled (an unrolled-by-stages version, with the buffer index as an immediate too, made
+  // the library 2.4x larger for ~12 fewer instructions per stage). Buffer offsets rotate in registers; the
+  // k16 step and the m16 block are immediates.
+  uint32_t cur_a = 0, cur_b = 0;                                      // buffer computed this step
+  uint32_t nxt_a = (kStages - 1) * kAStage, nxt_b = (kStages - 1) * kBStage;  // buffer refilled this step
   for (int it = 0; it < num_stages; ++it) {
     cp_async_wait<kStages - 2>();
     __syncthreads();
-    {
-      const int nxt = it + kStages - 1;
-      if (nxt < num_stages) load_stage(nxt, nxt % kStages);
-      cp_async_commit();
-    }
-    const int buf = it % kStages;
-    const uint16_t* a_buf = a_smem + buf * (BM * kBK);
-    const uint32_t* b_buf = b_smem + buf * ((kBK / 16) * 8 * kTileWords);
-#pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk) {
+    if (it + kStages - 1 < num_stages) load_stage(nxt_a, nxt_b);
+    cp_async_commit();
+    const uint32_t wa0 = w_addr0 + cur_b, wa1 = w_addr1 + cur_b, wa2 = w_addr2 + cur_b;
+    static_for<kBK / 16>([&](auto kk_c) {
+      constexpr int kk = decltype(kk_c)::value;
+      constexpr int kWOff = kk * 8 * kTileWords * 4;
       uint32_t frag[4];
-      decode_tile_fragments<CB, K2>(b_buf + (kk * 8 + warp) * kTileWords, lane, frag, dk);
-#pragma unroll
-      for (int mb = 0; mb < kMB; ++mb) {
-        if (mb < valid_mb) {
-          const int r = mb * 16 + ld_row;
-          const int ch = kk * 2 + ld_khalf;
+      decode_window_fragments<CB, K2>(lds_u32_at<kWOff>(wa0), lds_u32_at<kWOff>(wa1), lds_u32_at<kWOff>(wa2), lw.r,
+                                      frag, dk);
+      const uint32_t la = a_ld[kk] + cur_a;
+      static_for<kMB>([&](auto mb_c) {
+        constexpr int mb = decltype(mb_c)::value;
+        if (kMB == 1 || mb < valid_mb) {
           uint32_t a[4];
-          ldmatrix_x4(a, a_buf + r * kBK + ((ch ^ (r & 7)) * 8));
+          ldmatrix_x4_at<mb * 16 * kBK * 2>(a, la);
           mma_16816(acc[mb][0], a, frag[0], frag[1]);
           mma_16816(acc[mb][1], a, frag[2], frag[3]);
         }
-      }
-    }
+      });
+    });
+    cur_a = cur_a == (kStages - 1) * kAStage ? 0u : cur_a + kAStage;
+    cur_b = cur_b == (kStages - 1) * kBStage ? 0u : cur_b + kBStage;
+    nxt_a = nxt_a == (kStages - 1) * kAStage ? 0u : nxt_a + kAStage;
+    nxt_b = nxt_b == (kStages - 1) * kBStage ? 0u : nxt_b + kBStage;
   }
   cp_async_wait<0>();
   __syncthreads();

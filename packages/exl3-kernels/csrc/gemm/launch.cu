@@ -51,7 +51,12 @@ cudaError_t launch_gemm(const GemmParams& p, int codebook, int bm, cudaStream_t 
   EXL3_GEMM_INSTANCES(EXL3_DISPATCH)
 #undef EXL3_DISPATCH
   if (e != cudaSuccess || p.split <= 1) return e;
+  return launch_output_transform(p, stream);
+}
+
+cudaError_t launch_output_transform(const GemmParams& p, cudaStream_t stream) {
   const int64_t warps = (int64_t)p.m * (p.n_total / 128);
+  if (warps == 0) return cudaSuccess;
   const int blocks = (int)((warps + 7) / 8);
   splitk_epilogue_kernel<<<blocks, 256, 0, stream>>>(p);
   return cudaGetLastError();

@@ -104,6 +104,10 @@ def _register_fakes() -> None:
         n_total = sum(t.shape[1] * 16 for t in trellis)
         return xh.new_empty((xh.shape[1], n_total), dtype=out_dtype)
 
+    @torch.library.register_fake(lib + "output_transform")
+    def _(acc, svh, bias, m, out_dtype):
+        return acc.new_empty((m, sum(v.shape[0] for v in svh)), dtype=out_dtype)
+
     @torch.library.register_fake(lib + "reconstruct")
     def _(trellis, suh, svh, codebook, col_begin, col_end, dtype, transform):
         n_total = sum(t.shape[1] * 16 for t in trellis)
@@ -142,6 +146,28 @@ def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor],
         [m, sum n_s] in ``out_dtype``.
     """
     return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype)
+
+
+def output_transform(acc: torch.Tensor, svh: list[torch.Tensor], bias: torch.Tensor | None, m: int,
+                     out_dtype: torch.dtype) -> torch.Tensor:
+    """y = concat_s(had_n(acc[:, shard s]) * svh_s / sqrt(128)) + bias, from an fp32 accumulator; re-zeroes it.
+
+    The split-k epilogue of :func:`gemm` as its own op, for the dense path that applies the Hadamards to the
+    activations (acc = had_k(x * suh) @ Ŵ, written by cuBLAS into the split-k workspace).
+
+    Args:
+        acc: contiguous fp32, at least m * sum n_s elements, read as [m, sum n_s] row-major; the first
+            m * sum n_s elements are all zero afterwards (the workspace contract of :func:`gemm`).
+        svh: per shard fp16 [n_s], n_s a multiple of 128.
+        bias: fp32 [sum n_s] or None.
+        m: rows.
+        out_dtype: torch.float16 or torch.bfloat16.
+    Returns:
+        [m, sum n_s] in ``out_dtype``.
+    Raises:
+        RuntimeError naming the tensor on dtype/shape/device/alignment mismatch.
+    """
+    return torch.ops.exl3_kernels.output_transform(acc, svh, bias, m, out_dtype)
 
 
 def reconstruct(trellis: list[torch.Tensor], suh: list[torch.Tensor], svh: list[torch.Tensor], codebook: int,

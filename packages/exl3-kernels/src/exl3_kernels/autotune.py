@@ -31,8 +31,8 @@ def sm_count(device: torch.device) -> int:
 def _apply_pins(p: Plan) -> Plan:
     path, bm, split = env.get("PATH"), env.get_int("BM"), env.get_int("SPLIT")
     if path:
-        if path not in ("gemm", "reconstruct"):
-            raise ValueError(f"CUDA_EXL3_PATH must be 'gemm' or 'reconstruct', got {path!r}")
+        if path not in ("gemm", "reconstruct", "reconstruct_act"):
+            raise ValueError(f"CUDA_EXL3_PATH must be 'gemm', 'reconstruct' or 'reconstruct_act', got {path!r}")
         p = replace(p, path=path)
     if bm is not None:
         p = replace(p, bm=bm)

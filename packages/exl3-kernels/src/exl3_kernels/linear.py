@@ -6,7 +6,11 @@ y[..., n_total] = concat_s( had_n( had_k(x * suh_s) @ Ŵ_s ) * svh_s ) + bias, f
 On CUDA the op picks a plan per (layer shape, m bucket) (:mod:`.autotune`):
 - "gemm": input transform (one launch for all shards) + trellis GEMM with fused output transform
   (+ split-k epilogue when split > 1);
-- "reconstruct": dense W of the whole layer into the process-wide workspace, then one cuBLAS GEMM.
+- "reconstruct": dense W of the whole layer (both Hadamards, suh and svh folded in) into the process-wide
+  workspace, then one cuBLAS GEMM;
+- "reconstruct_act": dense Ŵ without the transforms (cheaper to build), the input transform before and the
+  split-k epilogue (output Hadamard, svh, bias) after one cuBLAS GEMM with fp32 output into the split-k
+  workspace (:func:`_run_reconstruct_act`).
 On CPU (and any device without the compiled library) it runs the pure-torch reference
 (:mod:`exl3_kernels.reference`), which is also what every kernel is tested against.
 
@@ -71,7 +75,49 @@ def _reference(x2, trellis, suh, svh, bias, codebook: int) -> torch.Tensor:
     return y.to(x2.dtype)
 
 
+def _run_reconstruct_act(x2, trellis, suh, svh, bias32, codebook: int) -> torch.Tensor:
+    """Dense Ŵ (no transforms) + cuBLAS, with the Hadamards on the activations.
+
+    acc[:, shard s] = had_k(x * suh_s) @ Ŵ_s (fp16 x fp16 -> fp32, cuBLAS writes straight into the split-k
+    workspace), then y = output_transform(acc) = had_n(acc) * svh / sqrt(128) + bias, which re-zeroes the
+    workspace. Rows go in chunks that fit the workspace; Ŵ is built once when it fits the reconstruct
+    workspace whole, else once per (row chunk, column chunk).
+    """
+    k, m = x2.shape[1], x2.shape[0]
+    ns = [t.shape[1] * 16 for t in trellis]
+    n_total = sum(ns)
+    starts = [sum(ns[:i]) for i in range(len(ns))]
+    xh = _ops.input_transform(x2, suh)  # [S, m, k] fp16
+    acc = workspace.splitk_acc(x2.device)
+    rows = max(1, min(m, acc.numel() // n_total))
+    cols = max(128, min(n_total, workspace.recon_capacity_bytes() // (2 * k) // 128 * 128))
+    whole = cols >= n_total
+    w_whole = None
+    if whole:
+        w_whole = workspace.recon(x2.device, k * n_total, torch.float16).view(k, n_total)
+        torch.ops.exl3_kernels.reconstruct_out(w_whole, trellis, suh, svh, codebook, 0, n_total, False)
+    ys = []
+    for r0 in range(0, m, rows):
+        r1 = min(m, r0 + rows)
+        acc2 = acc[: (r1 - r0) * n_total].view(r1 - r0, n_total)
+        for c0 in range(0, n_total, cols):
+            c1 = min(n_total, c0 + cols)
+            if whole:
+                w = w_whole
+            else:
+                w = workspace.recon(x2.device, k * (c1 - c0), torch.float16).view(k, c1 - c0)
+                torch.ops.exl3_kernels.reconstruct_out(w, trellis, suh, svh, codebook, c0, c1, False)
+            for s, (s0, n) in enumerate(zip(starts, ns)):
+                a, b = max(c0, s0), min(c1, s0 + n)
+                if a < b:
+                    torch.mm(xh[s, r0:r1], w[:, a - c0:b - c0], out_dtype=torch.float32, out=acc2[:, a:b])
+        ys.append(_ops.output_transform(acc, svh, bias32, r1 - r0, x2.dtype))
+    return ys[0] if len(ys) == 1 else torch.cat(ys, dim=0)
+
+
 def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch.Tensor:
+    if plan.path == "reconstruct_act":
+        return _run_reconstruct_act(x2, trellis, suh, svh, bias32, codebook)
     if plan.path == "reconstruct":
         k = x2.shape[1]
         n_total = sum(t.shape[1] * 16 for t in trellis)

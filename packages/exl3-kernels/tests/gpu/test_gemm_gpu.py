@@ -68,7 +68,7 @@ def test_bm_tiers_and_split(m, split):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("path", ["gemm", "reconstruct"])
+@pytest.mark.parametrize("path", ["gemm", "reconstruct", "reconstruct_act"])
 def test_multishard_mixed_k_with_bias(dtype, path, monkeypatch):
     """A fused qkv with q at K=4 and k, v at K=5 (as real checkpoints mix them) in one launch."""
     cb = "mcg" if compiled(1, 10) and compiled(1, 8) else "mul1"
@@ -214,3 +214,79 @@ def test_bad_input_errors():
         _ops.gemm(xh, [trellis[0][:8].contiguous()], svh, None, 1, 16, 1, xh, torch.float16)
     with pytest.raises(RuntimeError, match="mul1"):
         _ops.gemm(xh, [trellis[0][..., :24].contiguous()], svh, None, 1, 16, 1, xh, torch.float16)
+
+
+def test_misaligned_pointers_refused_by_the_op():
+    """The C++ op checks 16/8-byte alignment itself (the Python layer op checks too, but the op is public)."""
+    trellis, suh, svh, _ = random_layer(256, [128], [8])
+    x = torch.randn(4, 256, device="cuda", dtype=torch.float16)
+    xh = _ops.input_transform(x, suh)
+    t = trellis[0]
+    # same shape and dtype, contiguous, but starting 2 bytes into its storage
+    buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+    t_off = buf[1:].view(t.shape)
+    t_off.copy_(t)
+    assert t_off.is_contiguous() and t_off.data_ptr() % 16 == 2
+    with pytest.raises(RuntimeError, match=r"trellis\[0\] must be 16-byte aligned"):
+        _ops.gemm(xh, [t_off], svh, None, 1, 16, 1, xh, torch.float16)
+    vbuf = torch.empty(svh[0].numel() + 1, dtype=svh[0].dtype, device=svh[0].device)
+    v_off = vbuf[1:]
+    v_off.copy_(svh[0])
+    with pytest.raises(RuntimeError, match=r"svh\[0\] must be 8-byte aligned"):
+        _ops.gemm(xh, trellis, [v_off], None, 1, 16, 1, xh, torch.float16)
+    xbuf = torch.empty(xh.numel() + 1, dtype=xh.dtype, device=xh.device)
+    xh_off = xbuf[1:].view(xh.shape)
+    xh_off.copy_(xh)
+    with pytest.raises(RuntimeError, match="xh must be 16-byte aligned"):
+        _ops.gemm(xh_off, trellis, svh, None, 1, 16, 1, xh, torch.float16)
+    # the aligned originals still run
+    y = _ops.gemm(xh, trellis, svh, None, 1, 16, 1, xh, torch.float16)
+    assert y.shape == (4, 128) and torch.isfinite(y).all()
+
+
+def test_output_transform_op_vs_reference():
+    """The split-k epilogue as its own op: block Hadamard of each row, * svh / sqrt(128), + bias, acc re-zeroed."""
+    from exl3_kernels import reference
+
+    m, ns = 5, [256, 128]
+    g = torch.Generator(device="cuda").manual_seed(5)
+    a = torch.randn(m, sum(ns), generator=g, device="cuda")
+    svh = [(torch.rand(n, generator=g, device="cuda") + 0.5).half() for n in ns]
+    bias = torch.randn(sum(ns), generator=g, device="cuda")
+    acc = workspace.splitk_acc(a.device)
+    acc[: a.numel()].copy_(a.flatten())
+    y = _ops.output_transform(acc, svh, bias, m, torch.float16)
+    ref = reference.fwht_128(a.double()) * (1 / 128 ** 0.5) * torch.cat(svh).double() + bias.double()
+    assert y.dtype == torch.float16 and y.shape == (m, sum(ns))
+    assert rel_err(y, ref) < TOL[torch.float16], rel_err(y, ref)
+    _acc_is_zero()
+    # rows beyond m are left alone
+    acc[: a.numel()].copy_(a.flatten())
+    y2 = _ops.output_transform(acc, svh, None, 2, torch.bfloat16)
+    assert rel_err(y2, ref[:2] - bias.double()) < TOL[torch.bfloat16]
+    assert torch.equal(acc[2 * sum(ns): a.numel()], a[2:].flatten())
+    acc.zero_()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_reconstruct_act_row_and_column_chunks(dtype, monkeypatch):
+    """Tiny workspaces force row chunks (split-k workspace) and column chunks across a shard boundary
+    (reconstruct workspace) in the reconstruct_act path."""
+    cb = "mcg" if compiled(1, 10) and compiled(1, 8) else "mul1"
+    k2s = [8, 10, 10] if compiled(CBS[cb], 10) else [8, 5, 5]
+    trellis, suh, svh, bias = random_layer(1024, [512, 128, 128], k2s, seed=11, bias=True)
+    workspace.reset()
+    monkeypatch.setenv("CUDA_EXL3_SPLITK_WORKSPACE_MB", "1")  # 262144 floats = 341 rows of 768
+    monkeypatch.setenv("CUDA_EXL3_RECON_WORKSPACE_MB", "1")  # 512 of the 768 columns at k = 1024
+    monkeypatch.setenv("CUDA_EXL3_PATH", "reconstruct_act")
+    autotune.clear()
+    try:
+        x = torch.randn(1000, 1024, device="cuda", dtype=dtype)
+        y = exl3_linear(x, Exl3Layer(trellis, suh, svh, cb, bias))
+        ref = reference_forward(x, trellis, suh, svh, bias, cb)
+        assert y.shape == (1000, 768) and rel_err(y, ref) < TOL[dtype], rel_err(y, ref)
+        assert all(p.path == "reconstruct_act" for p in [autotune._apply_pins(q) for q in autotune.cached_plans().values()])
+        _acc_is_zero()
+    finally:
+        autotune.clear()
+        workspace.reset()

@@ -28,6 +28,27 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* smem_row)
                : "r"(smem_u32(smem_row)));
 }
 
+// The same with a raw shared-memory address plus a compile-time byte offset: the offset goes into the
+// instruction's immediate field, so a loop whose buffer index is a compile-time constant issues no
+// address arithmetic for these loads.
+template <int kOff>
+__device__ __forceinline__ void ldmatrix_x4_at(uint32_t r[4], uint32_t smem_addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4+%5];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr), "n"(kOff));
+}
+template <int kOff>
+__device__ __forceinline__ uint32_t lds_u32_at(uint32_t smem_addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1+%2];\n" : "=r"(v) : "r"(smem_addr), "n"(kOff));
+  return v;
+}
+template <int kOff>
+__device__ __forceinline__ void cp_async16_at(uint32_t smem_addr, const void* gmem, int src_bytes = 16) {
+  asm volatile("cp.async.cg.shared.global [%0+%1], [%2], 16, %3;\n" ::"r"(smem_addr), "n"(kOff), "l"(gmem),
+               "r"(src_bytes));
+}
+
 __device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "

@@ -62,6 +62,9 @@ struct InputTransformParams {
 
 // Host launchers (csrc/gemm/launch.cu, csrc/transform/input.cu, csrc/reconstruct/reconstruct.cu).
 cudaError_t launch_gemm(const GemmParams& p, int codebook, int bm, cudaStream_t stream);
+// The split-k epilogue alone: y = had_n(acc) * svh / sqrt(128) + bias for rows [0, m), acc re-zeroed. Reads
+// only shard[].svh / n / col_offset, num_shards, m, n_total, bias, acc, y, y_bf16.
+cudaError_t launch_output_transform(const GemmParams& p, cudaStream_t stream);
 cudaError_t launch_input_transform(const InputTransformParams& p, cudaStream_t stream);
 cudaError_t launch_reconstruct(const ReconstructParams& p, int codebook, cudaStream_t stream);
 cudaError_t launch_decode_lut(uint16_t* out, int codebook, cudaStream_t stream);

@@ -71,31 +71,36 @@ __device__ __forceinline__ uint32_t window_bits16(uint32_t u0, uint32_t u1, uint
   }
 }
 
-// Load lane t's normalized window from a tile held in shared memory (kTileWords words).
+// Byte offsets (inside a tile) of the 3 words of lane t's window and its funnel shift r: fixed per lane,
+// so a kernel computes them once and adds only compile-time tile offsets afterwards.
 template <int K2>
-__device__ __forceinline__ void load_lane_window(const uint32_t* tile, int lane, uint32_t& u0,
-                                                 uint32_t& u1, uint32_t& u2) {
-  using B = TrellisBits<K2>;
-  int s0 = lane * (4 * K2) + B::kFloor - 16;  // 8tK + D(0) - 16
-  if (s0 < 0) s0 += B::kTileBits;             // tail-biting ring (lanes 0, and 1 when K = 1)
-  int a = s0 >> 5;
-  const int r = s0 & 31;
-  int a1 = a + 1; if (a1 >= B::kTileWords) a1 -= B::kTileWords;
-  int a2 = a1 + 1; if (a2 >= B::kTileWords) a2 -= B::kTileWords;
-  const uint32_t w0 = tile[a], w1 = tile[a1], w2 = tile[a2];
-  // funnelshift_l(lo, hi, r) = high word of (hi:lo) << r; r = 0 returns hi unchanged.
-  u0 = __funnelshift_l(w1, w0, r);
-  u1 = __funnelshift_l(w2, w1, r);
-  u2 = w2 << r;  // bits past 96 - r are never needed (see header comment)
-}
+struct LaneWindow {
+  uint32_t off[3];
+  int r;
+  __device__ __forceinline__ static LaneWindow make(int lane) {
+    using B = TrellisBits<K2>;
+    LaneWindow w;
+    int s0 = lane * (4 * K2) + B::kFloor - 16;
+    if (s0 < 0) s0 += B::kTileBits;
+    int a = s0 >> 5;
+    w.r = s0 & 31;
+    int a1 = a + 1; if (a1 >= B::kTileWords) a1 -= B::kTileWords;
+    int a2 = a1 + 1; if (a2 >= B::kTileWords) a2 -= B::kTileWords;
+    w.off[0] = 4u * a; w.off[1] = 4u * a1; w.off[2] = 4u * a2;
+    return w;
+  }
+};
 
-// Decode lane's 8 positions of one tile into 4 half2 B-fragment registers.
+// Decode the 8 states of a lane from its three raw window words (LaneWindow::off): the funnel shift by r
+// normalizes the window so that state 0 starts at bit 0 (MSB-first) of u0; bits past 96 - r are never
+// needed (see the header comment). funnelshift_l(lo, hi, r) = high word of (hi:lo) << r.
 template <int CB, int K2>
-__device__ __forceinline__ void decode_tile_fragments(const uint32_t* tile, int lane, uint32_t frag[4],
-                                                      const DecodeConsts& k) {
+__device__ __forceinline__ void decode_window_fragments(uint32_t w0, uint32_t w1, uint32_t w2, int r, uint32_t frag[4],
+                                                        const DecodeConsts& k) {
   using B = TrellisBits<K2>;
-  uint32_t u0, u1, u2;
-  load_lane_window<K2>(tile, lane, u0, u1, u2);
+  const uint32_t u0 = __funnelshift_l(w1, w0, r);
+  const uint32_t u1 = __funnelshift_l(w2, w1, r);
+  const uint32_t u2 = w2 << r;
   uint32_t s[8];
   s[0] = window_bits16<B::state_offset(0)>(u0, u1, u2);
   s[1] = window_bits16<B::state_offset(1)>(u0, u1, u2);
@@ -109,6 +114,14 @@ __device__ __forceinline__ void decode_tile_fragments(const uint32_t* tile, int 
   frag[1] = decode_pair<CB>(s[2], s[3], k);
   frag[2] = decode_pair<CB>(s[4], s[5], k);
   frag[3] = decode_pair<CB>(s[6], s[7], k);
+}
+
+// Decode lane's 8 positions of one tile (in shared memory) into 4 half2 B-fragment registers.
+template <int CB, int K2>
+__device__ __forceinline__ void decode_tile_fragments(const uint32_t* tile, int lane, uint32_t frag[4],
+                                                      const DecodeConsts& k) {
+  const LaneWindow<K2> w = LaneWindow<K2>::make(lane);
+  decode_window_fragments<CB, K2>(tile[w.off[0] / 4], tile[w.off[1] / 4], tile[w.off[2] / 4], w.r, frag, k);
 }
 
 // (row, col) inside the 16x16 tile of fragment value v (0..7) of lane t (for stores of decoded

@@ -1,0 +1,27 @@
+#!/bin/bash
+# Runs ON the GPU machine: A/B of two builds of the op library. GPU tests + compute-sanitizer on B, the
+# per-kernel breakdown (tools/profile_linear.py) on A and B, the benchmark on B.
+# Carry: .device/full (A: the library of main), .device/oracle, .whl; B is this checkout's library, built
+# here (16 cores, about 2 minutes) unless carried in .device/ab.
+# Usage: bash tools/device/ab_gemm.sh [bench args...]
+set -u
+export PYTHONUNBUFFERED=1 EXL3_ORACLE_DIR=$PWD/.device/oracle
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
+export PYTHONPATH=/tmp/site:$PWD/packages/exl3-kernels/src:$PWD/packages/exl3-format/src:${PYTHONPATH:-}
+A=$PWD/.device/full/_C.abi3.so; B=$PWD/.device/ab/_C.abi3.so
+if [ ! -f "$B" ]; then
+  (cd packages/exl3-kernels && MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0 CUDA_EXL3_INSTANTIATIONS=full \
+     python3 setup.py build_ext --inplace > $OUT/build_B.log 2>&1) || { tail -30 $OUT/build_B.log; exit 1; }
+  B=$PWD/packages/exl3-kernels/src/exl3_kernels/_C.abi3.so
+fi
+CUDA_EXL3_LIBRARY=$B python3 -m pytest packages/exl3-kernels/tests/gpu -q -rs --tb=short -p no:cacheprovider 2>&1 \
+  | tee $OUT/gpu_tests_B.log | tail -5
+CUDA_EXL3_LIBRARY=$B compute-sanitizer --tool memcheck --leak-check no python3 tools/kernel_smoke.py > $OUT/sanitizer_B.log 2>&1
+echo "sanitizer B rc=$?"; tail -2 $OUT/sanitizer_B.log
+for lib in A B; do
+  eval "so=\$$lib"
+  CUDA_EXL3_LIBRARY=$so python3 tools/profile_linear.py breakdown --k 4096 --n 11008 --K 4 --m 1,16,64,128,256 \
+    > $OUT/breakdown_$lib.txt 2>&1
+done
+paste -d'|' <(cut -c1-40 $OUT/breakdown_A.txt) <(cut -c1-40 $OUT/breakdown_B.txt) | head -120
+CUDA_EXL3_LIBRARY=$B python3 bench/bench_gemm.py --out $OUT/gemm_B.json "$@" > $OUT/bench_B.log 2>&1; echo "bench B rc=$?"
