@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from exl3_kernels import _ops, reference, workspace
+from exl3_kernels import _ops, linear, reference, workspace
 
 
 def main() -> int:
@@ -41,6 +41,12 @@ def main() -> int:
         e = (((x @ w).float() + bias - ref).norm() / ref.norm()).item()
         print(f"reconstruct m={m}: rel err {e:.2e}")
         worst = max(worst, e / 2)  # bf16 W as well as bf16 y: 2x looser
+        # the dense path with transforms on the activations: Ŵ + cuBLAS into the split-k workspace, then
+        # output_transform (the split-k epilogue as an op)
+        y = linear._run_reconstruct_act(x, trellis, suh, svh, bias, cb)
+        e = ((y.float() - ref).norm() / ref.norm()).item()
+        worst = max(worst, e)
+        print(f"reconstruct_act m={m}: rel err {e:.2e}")
     lut = _ops.decode_lut(cb)
     assert torch.equal(lut.cpu(), reference.codebook_lut(name))
     torch.cuda.synchronize()

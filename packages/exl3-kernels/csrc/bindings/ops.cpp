@@ -97,6 +97,7 @@ Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh) {
     const Tensor& s = suh[i];
     TORCH_CHECK(s.scalar_type() == at::kHalf && s.is_contiguous() && s.dim() == 1 && s.size(0) == k && s.device() == x.device(),
                 "exl3_kernels.input_transform: suh[", i, "] must be contiguous fp16 [", k, "] on ", x.device(), ", got ", s.scalar_type(), " ", s.sizes());
+    check_aligned(s, 8, "input_transform", "suh", i);  // read 4 values at a time
     p.suh[i] = reinterpret_cast<const uint16_t*>(s.data_ptr());
   }
   Tensor xh = at::empty({S, m, k}, x.options().dtype(at::kHalf));

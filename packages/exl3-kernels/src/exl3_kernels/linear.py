@@ -87,6 +87,10 @@ def _run_reconstruct_act(x2, trellis, suh, svh, bias32, codebook: int) -> torch.
     ns = [t.shape[1] * 16 for t in trellis]
     n_total = sum(ns)
     starts = [sum(ns[:i]) for i in range(len(ns))]
+    if bias32 is not None and (bias32.shape != (n_total,) or bias32.data_ptr() % 16):
+        # refused here, before cuBLAS writes into the shared workspace (output_transform would refuse it later)
+        raise ValueError(f"exl3_kernels.linear: bias must be fp32 [{n_total}], 16-byte aligned; got "
+                         f"{tuple(bias32.shape)} at address {bias32.data_ptr()}")
     xh = _ops.input_transform(x2, suh)  # [S, m, k] fp16
     acc = workspace.splitk_acc(x2.device)
     rows = max(1, min(m, acc.numel() // n_total))
@@ -100,18 +104,22 @@ def _run_reconstruct_act(x2, trellis, suh, svh, bias32, codebook: int) -> torch.
     for r0 in range(0, m, rows):
         r1 = min(m, r0 + rows)
         acc2 = acc[: (r1 - r0) * n_total].view(r1 - r0, n_total)
-        for c0 in range(0, n_total, cols):
-            c1 = min(n_total, c0 + cols)
-            if whole:
-                w = w_whole
-            else:
-                w = workspace.recon(x2.device, k * (c1 - c0), torch.float16).view(k, c1 - c0)
-                torch.ops.exl3_kernels.reconstruct_out(w, trellis, suh, svh, codebook, c0, c1, False)
-            for s, (s0, n) in enumerate(zip(starts, ns)):
-                a, b = max(c0, s0), min(c1, s0 + n)
-                if a < b:
-                    torch.mm(xh[s, r0:r1], w[:, a - c0:b - c0], out_dtype=torch.float32, out=acc2[:, a:b])
-        ys.append(_ops.output_transform(acc, svh, bias32, r1 - r0, x2.dtype))
+        try:
+            for c0 in range(0, n_total, cols):
+                c1 = min(n_total, c0 + cols)
+                if whole:
+                    w = w_whole
+                else:
+                    w = workspace.recon(x2.device, k * (c1 - c0), torch.float16).view(k, c1 - c0)
+                    torch.ops.exl3_kernels.reconstruct_out(w, trellis, suh, svh, codebook, c0, c1, False)
+                for s, (s0, n) in enumerate(zip(starts, ns)):
+                    a, b = max(c0, s0), min(c1, s0 + n)
+                    if a < b:
+                        torch.mm(xh[s, r0:r1], w[:, a - c0:b - c0], out_dtype=torch.float32, out=acc2[:, a:b])
+            ys.append(_ops.output_transform(acc, svh, bias32, r1 - r0, x2.dtype))
+        except BaseException:
+            acc2.zero_()  # keep the workspace contract (all zero between ops) for every later split-k GEMM
+            raise
     return ys[0] if len(ys) == 1 else torch.cat(ys, dim=0)
 
 

@@ -239,6 +239,11 @@ def test_misaligned_pointers_refused_by_the_op():
     xh_off.copy_(xh)
     with pytest.raises(RuntimeError, match="xh must be 16-byte aligned"):
         _ops.gemm(xh_off, trellis, svh, None, 1, 16, 1, xh, torch.float16)
+    sbuf = torch.empty(suh[0].numel() + 1, dtype=suh[0].dtype, device=suh[0].device)
+    s_off = sbuf[1:]
+    s_off.copy_(suh[0])
+    with pytest.raises(RuntimeError, match=r"suh\[0\] must be 8-byte aligned"):
+        _ops.input_transform(x, [s_off])
     # the aligned originals still run
     y = _ops.gemm(xh, trellis, svh, None, 1, 16, 1, xh, torch.float16)
     assert y.shape == (4, 128) and torch.isfinite(y).all()
@@ -254,38 +259,90 @@ def test_output_transform_op_vs_reference():
     svh = [(torch.rand(n, generator=g, device="cuda") + 0.5).half() for n in ns]
     bias = torch.randn(sum(ns), generator=g, device="cuda")
     acc = workspace.splitk_acc(a.device)
-    acc[: a.numel()].copy_(a.flatten())
-    y = _ops.output_transform(acc, svh, bias, m, torch.float16)
-    ref = reference.fwht_128(a.double()) * (1 / 128 ** 0.5) * torch.cat(svh).double() + bias.double()
-    assert y.dtype == torch.float16 and y.shape == (m, sum(ns))
-    assert rel_err(y, ref) < TOL[torch.float16], rel_err(y, ref)
-    _acc_is_zero()
-    # rows beyond m are left alone
-    acc[: a.numel()].copy_(a.flatten())
-    y2 = _ops.output_transform(acc, svh, None, 2, torch.bfloat16)
-    assert rel_err(y2, ref[:2] - bias.double()) < TOL[torch.bfloat16]
-    assert torch.equal(acc[2 * sum(ns): a.numel()], a[2:].flatten())
-    acc.zero_()
+    try:
+        acc[: a.numel()].copy_(a.flatten())
+        y = _ops.output_transform(acc, svh, bias, m, torch.float16)
+        ref = reference.fwht_128(a.double()) * (1 / 128 ** 0.5) * torch.cat(svh).double() + bias.double()
+        assert y.dtype == torch.float16 and y.shape == (m, sum(ns))
+        assert rel_err(y, ref) < TOL[torch.float16], rel_err(y, ref)
+        _acc_is_zero()
+        # rows beyond m are left alone
+        acc[: a.numel()].copy_(a.flatten())
+        y2 = _ops.output_transform(acc, svh, None, 2, torch.bfloat16)
+        assert rel_err(y2, ref[:2] - bias.double()) < TOL[torch.bfloat16]
+        assert torch.equal(acc[2 * sum(ns): a.numel()], a[2:].flatten())
+    finally:
+        acc.zero_()
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_reconstruct_act_row_and_column_chunks(dtype, monkeypatch):
-    """Tiny workspaces force row chunks (split-k workspace) and column chunks across a shard boundary
-    (reconstruct workspace) in the reconstruct_act path."""
+    """Tiny workspaces force row chunks (split-k workspace: 341 of 1000 rows) and column chunks of 512 (reconstruct
+    workspace) with the k shard [384, 640) straddling the chunk boundary, in the reconstruct_act path."""
+    from exl3_kernels import linear as linear_mod
+
     cb = "mcg" if compiled(1, 10) and compiled(1, 8) else "mul1"
     k2s = [8, 10, 10] if compiled(CBS[cb], 10) else [8, 5, 5]
-    trellis, suh, svh, bias = random_layer(1024, [512, 128, 128], k2s, seed=11, bias=True)
+    trellis, suh, svh, bias = random_layer(1024, [384, 256, 128], k2s, seed=11, bias=True)
     workspace.reset()
     monkeypatch.setenv("CUDA_EXL3_SPLITK_WORKSPACE_MB", "1")  # 262144 floats = 341 rows of 768
     monkeypatch.setenv("CUDA_EXL3_RECON_WORKSPACE_MB", "1")  # 512 of the 768 columns at k = 1024
     monkeypatch.setenv("CUDA_EXL3_PATH", "reconstruct_act")
+    monkeypatch.setenv("CUDA_EXL3_AUTOTUNE", "0")
+    calls = []
+    real = _ops.output_transform
+    monkeypatch.setattr(linear_mod._ops, "output_transform", lambda *a: calls.append(a[3]) or real(*a))
     autotune.clear()
     try:
         x = torch.randn(1000, 1024, device="cuda", dtype=dtype)
         y = exl3_linear(x, Exl3Layer(trellis, suh, svh, cb, bias))
         ref = reference_forward(x, trellis, suh, svh, bias, cb)
         assert y.shape == (1000, 768) and rel_err(y, ref) < TOL[dtype], rel_err(y, ref)
-        assert all(p.path == "reconstruct_act" for p in [autotune._apply_pins(q) for q in autotune.cached_plans().values()])
+        assert calls == [341, 341, 318], calls  # three row chunks went through the epilogue op
+        _acc_is_zero()
+    finally:
+        autotune.clear()
+        workspace.reset()
+
+
+def test_reconstruct_act_bad_bias_leaves_workspace_zero(monkeypatch):
+    trellis, suh, svh, _ = random_layer(1024, [256], [8], seed=2)
+    cb = "mcg" if compiled(1, 8) else "mul1"
+    monkeypatch.setenv("CUDA_EXL3_PATH", "reconstruct_act")
+    monkeypatch.setenv("CUDA_EXL3_AUTOTUNE", "0")
+    autotune.clear()
+    x = torch.randn(64, 1024, device="cuda", dtype=torch.float16)
+    with pytest.raises((ValueError, RuntimeError), match="bias"):
+        exl3_linear(x, Exl3Layer(trellis, suh, svh, cb, torch.zeros(128, device="cuda")))
+    _acc_is_zero()
+    autotune.clear()
+
+
+def test_cuda_graph_replay_reconstruct_act(monkeypatch):
+    """The reconstruct_act path captured in a CUDA graph (with row chunks) replays like eager."""
+    cb = "mcg" if compiled(1, 8) else "mul1"
+    trellis, suh, svh, bias = random_layer(1024, [512, 256], [8, 8], seed=12, bias=True)
+    layer = Exl3Layer(trellis, suh, svh, cb, bias)
+    workspace.reset()
+    monkeypatch.setenv("CUDA_EXL3_SPLITK_WORKSPACE_MB", "1")  # 341 rows per chunk: 2 chunks at m = 400
+    monkeypatch.setenv("CUDA_EXL3_PATH", "reconstruct_act")
+    autotune.clear()
+    try:
+        x = torch.randn(400, 1024, device="cuda", dtype=torch.bfloat16)
+        eager = exl3_linear(x, layer)
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            exl3_linear(x, layer)
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            out = exl3_linear(x, layer)
+        x.copy_(torch.randn_like(x))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, exl3_linear(x, layer))
+        assert not torch.equal(out, eager)
         _acc_is_zero()
     finally:
         autotune.clear()
