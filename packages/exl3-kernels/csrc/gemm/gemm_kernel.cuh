@@ -36,6 +36,7 @@
 #include "exl3/hadamard.cuh"
 #include "exl3/mma.cuh"
 #include "exl3/params.h"
+#include "exl3/store.cuh"
 #include "exl3/trellis.cuh"
 
 namespace exl3 {
@@ -82,19 +83,7 @@ __device__ __forceinline__ void finish_row4(float v[4], int lane, const GemmShar
     const float4 b = *reinterpret_cast<const float4*>(bias + col);
     o0 += b.x; o1 += b.y; o2 += b.z; o3 += b.w;
   }
-  if (y_bf16) {
-    __nv_bfloat162 p0 = __floats2bfloat162_rn(o0, o1), p1 = __floats2bfloat162_rn(o2, o3);
-    uint2 u;
-    u.x = *reinterpret_cast<uint32_t*>(&p0);
-    u.y = *reinterpret_cast<uint32_t*>(&p1);
-    *reinterpret_cast<uint2*>(reinterpret_cast<__nv_bfloat16*>(y) + y_off) = u;
-  } else {
-    __half2 p0 = __floats2half2_rn(o0, o1), p1 = __floats2half2_rn(o2, o3);
-    uint2 u;
-    u.x = *reinterpret_cast<uint32_t*>(&p0);
-    u.y = *reinterpret_cast<uint32_t*>(&p1);
-    *reinterpret_cast<uint2*>(reinterpret_cast<__half*>(y) + y_off) = u;
-  }
+  store4_rn(y, y_off, o0, o1, o2, o3, y_bf16);
 }
 
 template <int CB, int BM, int K2>

@@ -26,6 +26,7 @@
 #include "exl3/codebook.cuh"
 #include "exl3/mma.cuh"
 #include "exl3/params.h"
+#include "exl3/store.cuh"
 #include "exl3/trellis.cuh"
 
 namespace exl3 {
@@ -178,17 +179,7 @@ __device__ __forceinline__ void reconstruct_block(const ReconstructParams& p, co
       w0 *= su * s01.x; w1 *= su * s01.y; w2 *= su * s23.x; w3 *= su * s23.y;
     }
     const int64_t off = (int64_t)(128 * kb + r) * ldw + (col0 - p.col_begin) + 4 * lane;
-    uint2 u;
-    if (p.w_bf16) {
-      __nv_bfloat162 a2 = __floats2bfloat162_rn(w0, w1), b2 = __floats2bfloat162_rn(w2, w3);
-      u.x = *reinterpret_cast<uint32_t*>(&a2);
-      u.y = *reinterpret_cast<uint32_t*>(&b2);
-    } else {
-      __half2 a2 = __floats2half2_rn(w0, w1), b2 = __floats2half2_rn(w2, w3);
-      u.x = *reinterpret_cast<uint32_t*>(&a2);
-      u.y = *reinterpret_cast<uint32_t*>(&b2);
-    }
-    *reinterpret_cast<uint2*>(reinterpret_cast<uint16_t*>(p.w) + off) = u;
+    store4_rn(p.w, off, w0, w1, w2, w3, p.w_bf16);
   }
 }
 

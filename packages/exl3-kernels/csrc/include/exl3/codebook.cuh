@@ -2,7 +2,7 @@
 //
 // The arithmetic is restated from docs/exl3-format.md §3 (facts from exllamav3 1.6.5
 // exllamav3_ext/quant/codebook.cuh), verified bit-exact against ../shared/oracle/codebook_lut by
-// tests/test_gpu_decode.py:
+// tests/gpu/test_decode_gpu.py:
 //   3inst (id 0): x = s * 89226354 + 64248484            then "lop3" step
 //   mcg   (id 1): x = s * 0xCBAC1FED                      then "lop3" step
 //   mul1  (id 2): x = s * 0x83DCD12D;  b = sum of the 4 unsigned bytes of x;

@@ -1,0 +1,25 @@
+// Rounding fp32 results once to the output dtype (fp16 or bf16, chosen at run time) and storing 4 of them
+// as one 8-byte store: the common last step of the GEMM epilogue and the reconstruct copy-out.
+#pragma once
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace exl3 {
+
+// out[off .. off + 3] = round(v0 .. v3); out holds 2-byte elements, off must be a multiple of 4 (8-byte store).
+__device__ __forceinline__ void store4_rn(void* out, int64_t off, float v0, float v1, float v2, float v3, bool bf16) {
+  uint2 u;
+  if (bf16) {
+    __nv_bfloat162 a = __floats2bfloat162_rn(v0, v1), b = __floats2bfloat162_rn(v2, v3);
+    u.x = *reinterpret_cast<uint32_t*>(&a);
+    u.y = *reinterpret_cast<uint32_t*>(&b);
+  } else {
+    __half2 a = __floats2half2_rn(v0, v1), b = __floats2half2_rn(v2, v3);
+    u.x = *reinterpret_cast<uint32_t*>(&a);
+    u.y = *reinterpret_cast<uint32_t*>(&b);
+  }
+  *reinterpret_cast<uint2*>(reinterpret_cast<uint16_t*>(out) + off) = u;
+}
+
+}  // namespace exl3
