@@ -124,10 +124,18 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   constexpr int kBChunks = (kBK / 16) * kBChunksRow;
   constexpr int kBPer = (kBChunks + kThreads - 1) / kThreads;
   const int a_row = tid >> 3, a_ch = tid & 7;
-  const uint32_t a_dst0 = smem_a + 2u * (uint32_t)(a_row * kBK + ((a_ch ^ (a_row & 7)) * 8));
+  const uint32_t a_dst0 = pin_u32(smem_a + 2u * (uint32_t)(a_row * kBK + ((a_ch ^ (a_row & 7)) * 8)));
   const uint16_t* a_ptr = sh.xh + (int64_t)(row0 + a_row) * p.k + k16_begin * 16 + a_ch * 8;
-  const int64_t a_jstride = (int64_t)(kThreads / 8) * p.k;  // 32 rows
-  const uint32_t b_dst0 = smem_b + 16u * (uint32_t)tid;
+  // Element offset of chunk j from a_ptr: 32 j rows further; rows past m read nothing (src-size 0) but still
+  // point at a valid address, row row0 (< m) of this block.
+  int a_off[kAPer], a_size[kAPer];
+#pragma unroll
+  for (int j = 0; j < kAPer; ++j) {
+    const bool in = a_row + j * (kThreads / 8) < rows_here;
+    a_off[j] = in ? j * (kThreads / 8) * p.k : -a_row * p.k;
+    a_size[j] = in ? 16 : 0;
+  }
+  const uint32_t b_dst0 = pin_u32(smem_b + 16u * (uint32_t)tid);
   const uint32_t* b_ptr = sh.trellis + ((int64_t)k16_begin * tiles_n + tn0) * kTileWords;
   int b_src_off[kBPer];
 #pragma unroll
@@ -137,23 +145,18 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   }
   const int64_t b_stage_step = (int64_t)(kBK / 16) * tiles_n * kTileWords;  // words per stage
 
-  // Issue the copies of the next stage into the buffer at byte offsets (a_off, b_off) and advance the sources.
-  auto load_stage = [&](uint32_t a_off, uint32_t b_off) __attribute__((always_inline)) {
+  // Issue the copies of the next stage into the buffer at byte offsets (a_buf, b_buf) and advance the sources.
+  auto load_stage = [&](uint32_t a_buf, uint32_t b_buf) __attribute__((always_inline)) {
     static_for<kAPer>([&](auto j_c) {
       constexpr int j = decltype(j_c)::value;
       const int r = a_row + j * (kThreads / 8);
-      // Threads past the last chunk copy nothing; rows past m are zero-filled (src-size 0) from a valid
-      // address (the tensor's first element), never from past its end.
-      if (kAChunks % kThreads == 0 || r < BM) {
-        const bool in = r < rows_here;
-        cp_async16_at<j * (kThreads / 8) * kBK * 2>(a_dst0 + a_off, in ? a_ptr + j * a_jstride : sh.xh,
-                                                      in ? 16 : 0);
-      }
+      if (kAChunks % kThreads == 0 || r < BM)  // threads past the last chunk copy nothing
+        cp_async16_at<j * (kThreads / 8) * kBK * 2>(a_dst0 + a_buf, a_ptr + a_off[j], a_size[j]);
     });
     static_for<kBPer>([&](auto j_c) {
       constexpr int j = decltype(j_c)::value;
       if (kBChunks % kThreads == 0 || tid + j * kThreads < kBChunks)
-        cp_async16_at<j * kThreads * 16>(b_dst0 + b_off, b_ptr + b_src_off[j]);
+        cp_async16_at<j * kThreads * 16>(b_dst0 + b_buf, b_ptr + b_src_off[j]);
     });
     a_ptr += kBK;
     b_ptr += b_stage_step;
@@ -184,11 +187,12 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   uint32_t a_ld[kBK / 16];
 #pragma unroll
   for (int kk = 0; kk < kBK / 16; ++kk)
-    a_ld[kk] = smem_a + 2u * (uint32_t)(ld_row * kBK + (((kk * 2 + ld_khalf) ^ (ld_row & 7)) * 8));
+    a_ld[kk] = pin_u32(smem_a + 2u * (uint32_t)(ld_row * kBK + (((kk * 2 + ld_khalf) ^ (ld_row & 7)) * 8)));
   // Lane window words of tile (kk = 0, column = warp) in buffer 0; kk and the buffer add immediates.
   const LaneWindow<K2> lw = LaneWindow<K2>::make(lane);
   const uint32_t w_base = smem_b + 4u * (uint32_t)(warp * kTileWords);
-  const uint32_t w_addr0 = w_base + lw.off[0], w_addr1 = w_base + lw.off[1], w_addr2 = w_base + lw.off[2];
+  const uint32_t w_addr0 = pin_u32(w_base + lw.off[0]), w_addr1 = pin_u32(w_base + lw.off[1]),
+                 w_addr2 = pin_u32(w_base + lw.off[2]);
 
   // The k loop stays rolled (an unrolled-by-stages version, with the buffer index as an immediate too, made
   // the library 2.4x larger for ~12 fewer instructions per stage). Buffer offsets rotate in registers; the
@@ -259,9 +263,14 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
 
 // Minimum resident blocks per SM requested from ptxas (caps registers at 65536 / (256 * n)): decode
 // latency is hidden by warps, so the small tiers trade a few registers for occupancy.
+// EXL3_GEMM_MIN_BLOCKS_BM16 overrides the BM = 16 value for A/B builds (at 4 the 64-register cap makes ptxas
+// recompute the window and cp.async addresses every stage; at 3 it keeps them, with 24 instead of 32 warps/SM).
+#ifndef EXL3_GEMM_MIN_BLOCKS_BM16
+#define EXL3_GEMM_MIN_BLOCKS_BM16 4
+#endif
 template <int BM>
 struct GemmOccupancy {
-  static constexpr int kMinBlocks = BM <= 16 ? 4 : (BM <= 32 ? 3 : 2);
+  static constexpr int kMinBlocks = BM <= 16 ? EXL3_GEMM_MIN_BLOCKS_BM16 : (BM <= 32 ? 3 : 2);
 };
 
 template <int CB, int BM>

@@ -10,6 +10,15 @@
 
 namespace exl3 {
 
+// The value of x, opaque to the compiler: ptxas then keeps a loop-invariant address in a register instead of
+// recomputing it from lane arithmetic inside the loop (rematerialisation it otherwise prefers even with
+// registers to spare; seen in the sm_90 SASS of the GEMM main loop).
+__device__ __forceinline__ uint32_t pin_u32(uint32_t x) {
+  uint32_t y;
+  asm volatile("mov.b32 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
+
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
