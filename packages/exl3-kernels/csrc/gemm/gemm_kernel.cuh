@@ -263,8 +263,8 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
 
 // Minimum resident blocks per SM requested from ptxas (caps registers at 65536 / (256 * n)): decode
 // latency is hidden by warps, so the small tiers trade a few registers for occupancy.
-// EXL3_GEMM_MIN_BLOCKS_BM16 overrides the BM = 16 value for A/B builds (at 4 the 64-register cap makes ptxas
-// recompute the window and cp.async addresses every stage; at 3 it keeps them, with 24 instead of 32 warps/SM).
+// EXL3_GEMM_MIN_BLOCKS_BM16 overrides the BM = 16 value for A/B builds (3: up to 85 registers, 24 instead of 32
+// warps per SM; the instruction count of the loop is the same at 3 and 4 since the addresses are pinned).
 #ifndef EXL3_GEMM_MIN_BLOCKS_BM16
 #define EXL3_GEMM_MIN_BLOCKS_BM16 4
 #endif
