@@ -78,3 +78,12 @@ def test_path_pin_accepts_the_three_paths(monkeypatch):
     monkeypatch.setenv("CUDA_EXL3_PATH", "dense")
     with pytest.raises(ValueError, match="reconstruct_act"):
         autotune._apply_pins(Plan("gemm"))
+
+
+def test_autotune_flush_covers_the_l2():
+    from exl3_kernels.autotune import flush_bytes
+
+    assert flush_bytes(60 << 20) == 75 << 20  # H200 (60 MiB L2 per ../shared/docs/anchors-h200.md)
+    assert flush_bytes(128 << 20) == 160 << 20  # RTX PRO 6000 class
+    assert flush_bytes(50 * 10 ** 6) >= 50 * 10 ** 6 * 5 // 4 and flush_bytes(50 * 10 ** 6) % (1 << 20) == 0
+    assert flush_bytes(0) == 1 << 20
