@@ -2,10 +2,13 @@
 
 Timing runs each candidate of :func:`.plan.candidates` on the real input (1 warm-up + 5 timed runs,
 CUDA events, median) the first time a (shape, m bucket, dtype, device) is seen outside CUDA-graph
-capture, and caches the fastest. Before every run the L2 cache is flushed (a write of 1.25x its size), so
-candidates are timed with the weights coming from HBM, as in a model forward where the other layers have
-evicted them; timed warm, a 44 MB trellis stays in the H200's 60 MB L2 and the choice favours high split-k. Under capture, with CUDA_EXL3_AUTOTUNE=0, or in deterministic mode the
-cost model decides (deterministic mode never times, so reruns pick the same plan).
+capture, and caches the fastest. Before every run the L2 cache is flushed by reading a buffer of 1.25x
+its size (a read leaves no dirty lines to write back inside the timed run), so candidates are timed with
+the weights coming from HBM, as in a model forward where the other layers have evicted them; timed warm,
+a 44 MB trellis stays in the H200's 60 MB L2 and the choice favours high split-k. The buffer (75 MiB on
+the H200) is allocated at the first timing, normally vLLM's profile run, and kept. Under capture, with
+CUDA_EXL3_AUTOTUNE=0, or in deterministic mode the cost model decides (deterministic mode never times, so
+reruns pick the same plan).
 """
 from __future__ import annotations
 
@@ -33,9 +36,9 @@ def _flush_l2(device: torch.device) -> None:
     buf = _flush.get(i)
     if buf is None:
         l2 = torch.cuda.get_device_properties(i).L2_cache_size
-        buf = torch.empty(flush_bytes(l2), dtype=torch.uint8, device=torch.device("cuda", i))
+        buf = torch.zeros(flush_bytes(l2) // 4, dtype=torch.int32, device=torch.device("cuda", i))
         _flush[i] = buf
-    buf.zero_()
+    buf.max()  # reads every line; the result is not needed
 
 
 def sm_count(device: torch.device) -> int:
@@ -60,16 +63,17 @@ def _apply_pins(p: Plan) -> Plan:
 
 
 def _time(fn: Callable[[], object], device: torch.device, reps: int = 5) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        _flush_l2(device)
-        a.record()
+    with torch.cuda.device(device):  # the flush, the events and fn on the same device's current stream
         fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
+        times = []
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            _flush_l2(device)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
     return statistics.median(times)
 
 
