@@ -1,8 +1,9 @@
 #!/bin/bash
 # Runs ON the GPU machine: A/B of two builds of the op library. GPU tests + compute-sanitizer on B, the
-# per-kernel breakdown (tools/profile_linear.py) on A and B, the benchmark on B.
-# Carry: .device/full (A: the library of main), .device/oracle, .whl; B is this checkout's library, built
-# here (16 cores, about 2 minutes) unless carried in .device/ab.
+# per-kernel breakdown (tools/profile_linear.py) on A and B, the benchmark on B and, when main's Python package
+# is carried in .device/main-src (a copy of main's packages/exl3-kernels/src), on A in the same call.
+# Carry: .device/full (A: the library of main), .device/main-src, .device/oracle, .whl; B is this checkout's
+# library, built here (16 cores, about 2 minutes) unless carried in .device/ab.
 # Usage: bash tools/device/ab_gemm.sh [bench args...]
 set -u
 export PYTHONUNBUFFERED=1 EXL3_ORACLE_DIR=$PWD/.device/oracle
@@ -25,3 +26,7 @@ for lib in A B; do
 done
 paste -d'|' <(cut -c1-40 $OUT/breakdown_A.txt) <(cut -c1-40 $OUT/breakdown_B.txt) | head -120
 CUDA_EXL3_LIBRARY=$B python3 bench/bench_gemm.py --out $OUT/gemm_B.json "$@" > $OUT/bench_B.log 2>&1; echo "bench B rc=$?"
+if [ -d .device/main-src/exl3_kernels ]; then  # A needs main's Python: the branch's registers ops A lacks
+  PYTHONPATH=$PWD/.device/main-src:$PYTHONPATH CUDA_EXL3_LIBRARY=$A python3 bench/bench_gemm.py --out $OUT/gemm_A.json "$@" \
+    > $OUT/bench_A.log 2>&1; echo "bench A rc=$?"
+fi
