@@ -3,18 +3,17 @@
 # per-kernel breakdown (tools/profile_linear.py) on A and B, the benchmark on B and, when main's Python package
 # is carried in .device/main-src (a copy of main's packages/exl3-kernels/src), on A in the same call.
 # Carry: .device/full (A: the library of main), .device/main-src, .device/oracle, .whl; B is this checkout's
-# library, built here (16 cores, about 2 minutes) unless carried in .device/ab.
+# library, carried in .device/ab (built on the dev machine, not here: see below).
 # Usage: bash tools/device/ab_gemm.sh [bench args...]
 set -u
 export PYTHONUNBUFFERED=1 EXL3_ORACLE_DIR=$PWD/.device/oracle
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
 export PYTHONPATH=/tmp/site:$PWD/packages/exl3-kernels/src:$PWD/packages/exl3-format/src:${PYTHONPATH:-}
 A=$PWD/.device/full/_C.abi3.so; B=$PWD/.device/ab/_C.abi3.so
-if [ ! -f "$B" ]; then
-  (cd packages/exl3-kernels && MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0 CUDA_EXL3_INSTANTIATIONS=full \
-     python3 setup.py build_ext --inplace > $OUT/build_B.log 2>&1) || { tail -30 $OUT/build_B.log; exit 1; }
-  B=$PWD/packages/exl3-kernels/src/exl3_kernels/_C.abi3.so
-fi
+# Build B on the dev machine (`setup.py build_ext` with -b/-t outside the tree, copy _C.abi3.so to .device/ab/): a library
+# built on the GPU machine (its /opt/gcc) crashed the process with a segfault whenever an op raised a
+# TORCH_CHECK error (test_bad_input_errors, 2026-11-30), while the same sources built here raise cleanly.
+[ -f "$A" ] && [ -f "$B" ] || { echo "ab_gemm: carry .device/full/_C.abi3.so (A) and .device/ab/_C.abi3.so (B)"; exit 2; }
 CUDA_EXL3_LIBRARY=$B python3 -m pytest packages/exl3-kernels/tests/gpu -q -rs --tb=short -p no:cacheprovider 2>&1 \
   | tee $OUT/gpu_tests_B.log | tail -5
 CUDA_EXL3_LIBRARY=$B compute-sanitizer --tool memcheck --leak-check no python3 tools/kernel_smoke.py > $OUT/sanitizer_B.log 2>&1

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Runs ON the GPU machine (device tool), from the repo root: GPU tests, compute-sanitizer, GEMM benchmark.
-# Carry: packages/exl3-kernels/src/exl3_kernels/_C.abi3.so (built here for sm_90; rebuilt there if it does
-# not load), .device/oracle (copy of ../shared/oracle), .whl (pytest wheels for Python 3.12).
+# Carry: packages/exl3-kernels/src/exl3_kernels/_C.abi3.so (built on the dev machine for sm_90; the script
+# stops if it does not load), .device/oracle (copy of ../shared/oracle), .whl (pytest wheels for Python 3.12).
 # Writes everything under $OUT.  Usage: bash tools/device/kernels.sh [tests|bench|all] [bench args...]
 set -u
 what=${1:-all}; shift || true
@@ -10,8 +10,9 @@ python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/
 export PYTHONPATH=/tmp/site:$PWD/packages/exl3-kernels/src:$PWD/packages/exl3-format/src:${PYTHONPATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > $OUT/gpu.txt
 if ! python3 -c "import sys; from exl3_kernels import _ops; sys.exit(0 if _ops.available() else (print(_ops.load_error()) or 1))"; then
-  echo "== carried library does not load: building here"
-  (cd packages/exl3-kernels && MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0 python3 setup.py build_ext --inplace > $OUT/build.log 2>&1) || { tail -40 $OUT/build.log; exit 1; }
+  echo "== the carried library does not load. Build it on the dev machine and carry it: a library built here"
+  echo "   (with this machine's /opt/gcc) segfaulted whenever an op raised an error (2026-11-30)."
+  exit 2
 fi
 if [ "$what" = tests ] || [ "$what" = all ]; then
   python3 -m pytest packages/exl3-kernels/tests/gpu -q -rs --tb=short -p no:cacheprovider 2>&1 | tee $OUT/gpu_tests.log | tail -40

@@ -9,9 +9,16 @@ a 44 MB trellis stays in the H200's 60 MB L2 and the choice favours high split-k
 the H200) is allocated at the first timing, normally vLLM's profile run, and kept. Under capture, with
 CUDA_EXL3_AUTOTUNE=0, or in deterministic mode the cost model decides (deterministic mode never times, so
 reruns pick the same plan).
+
+Each timed run is preceded by a GPU-side wait (``torch.cuda._sleep``, about 100 us) after the flush, so the
+host has enqueued the candidate's launches before the start event fires: eager Python and launch overhead
+(several launches on the reconstruct paths) would otherwise be counted as GPU time, which a CUDA-graph replay
+does not pay. The timings of every candidate are kept (:func:`cached_timings`) and logged at DEBUG level on
+the ``exl3_kernels.autotune`` logger.
 """
 from __future__ import annotations
 
+import logging
 import statistics
 from dataclasses import replace
 from typing import Callable
@@ -24,6 +31,11 @@ from .plan import BM_TIERS, LayerShape, Plan, candidates, cost_model, m_bucket
 _cache: dict[tuple, Plan] = {}
 _sm_count: dict[int, int] = {}
 _flush: dict[int, torch.Tensor] = {}
+_timings: dict[tuple, dict[str, float]] = {}
+_log = logging.getLogger(__name__)
+# GPU-side wait before each timed run, in clock cycles (~100 us at 2 GHz): covers the host enqueue of the
+# candidate (the reconstruct paths make several launches from Python per call).
+HOST_LEAD_CYCLES = 200_000
 
 
 def flush_bytes(l2_bytes: int) -> int:
@@ -69,6 +81,7 @@ def _time(fn: Callable[[], object], device: torch.device, reps: int = 5) -> floa
         for _ in range(reps):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             _flush_l2(device)
+            torch.cuda._sleep(HOST_LEAD_CYCLES)
             a.record()
             fn()
             b.record()
@@ -95,12 +108,17 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
             if base not in cands:
                 cands.append(base)
             best, best_t = base, float("inf")
+            times: dict[str, float] = {}
             for c in cands:
                 t = _time(lambda: run(c), device)
+                times[str(c)] = 1000.0 * t
                 if t < best_t:
                     best, best_t = c, t
             plan = best
             _cache[key] = plan
+            _timings[key] = times
+            _log.debug("exl3 autotune %s m=%d: %s -> %s", shape, m,
+                       ", ".join(f"{k} {v:.1f} us" for k, v in sorted(times.items(), key=lambda kv: kv[1])), plan)
     return _apply_pins(plan)
 
 
@@ -109,6 +127,12 @@ def cached_plans() -> dict[tuple, Plan]:
     return dict(_cache)
 
 
+def cached_timings() -> dict[tuple, dict[str, float]]:
+    """Per cache key, the median time in us of every candidate timed for it (empty for cost-model plans)."""
+    return {k: dict(v) for k, v in _timings.items()}
+
+
 def clear() -> None:
-    """Forget every chosen plan (tests, benchmarks)."""
+    """Forget every chosen plan and its timings (tests, benchmarks)."""
     _cache.clear()
+    _timings.clear()
