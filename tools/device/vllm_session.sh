@@ -16,9 +16,22 @@ if [ "$what" = e2e ] || [ "$what" = all ]; then
   grep -E '^\{' $OUT/e2e.log | tee -a $log
 fi
 if [ "$what" = serve ] || [ "$what" = all ]; then
-  ( timeout 150 python3 -m vllm.entrypoints.cli.main serve tests/data/exl3/tiny-llama-4.0bpw-mcg --dtype bfloat16 \
+  # vLLM's default mode (torch.compile + CUDA graphs): the first start on a fresh machine took ~70 s to the end of
+  # graph capture (2026-11-30), so the health wait allows 300 s; python, not curl, polls /health.
+  ( timeout 420 python3 -m vllm.entrypoints.cli.main serve tests/data/exl3/tiny-llama-4.0bpw-mcg --dtype bfloat16 \
       --max-model-len 256 --gpu-memory-utilization 0.25 --port 8011 > $OUT/serve.log 2>&1 & )
-  for i in $(seq 1 100); do curl -s localhost:8011/health >/dev/null && break; sleep 1; done
+  python3 - 2>&1 <<'PY' | tee -a $log
+import time, urllib.request
+t0 = time.time()
+while time.time() - t0 < 300:
+    try:
+        urllib.request.urlopen("http://localhost:8011/health", timeout=2)
+        print(f"serve: healthy after {time.time() - t0:.0f} s"); break
+    except Exception:
+        time.sleep(1)
+else:
+    print("serve: not healthy after 300 s")
+PY
   python3 - >> $log 2>&1 <<'PY'
 from openai import OpenAI
 c = OpenAI(base_url="http://localhost:8011/v1", api_key="none")
