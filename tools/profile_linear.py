@@ -61,7 +61,19 @@ def main():
                 rows.append(f"  gemm bm={bm} split={split}: {t:.1f} us")
         t_rc = graph_time_us([lambda L=L: _ops.reconstruct(L.trellis, L.suh, L.svh, a.cb, dtype=x.dtype) for L in Ls])
         t_rc0 = graph_time_us([lambda L=L: _ops.reconstruct(L.trellis, L.suh, L.svh, a.cb, dtype=x.dtype, transform=False) for L in Ls])
-        rows.append(f"  reconstruct {t_rc:.1f} us (no transform: {t_rc0:.1f} us)")
+        t_rt = graph_time_us([lambda L=L: _ops.reconstruct_t(L.trellis, L.svh, a.cb) for L in Ls])
+        rows.append(f"  reconstruct {t_rc:.1f} us (no transform: {t_rc0:.1f} us; transposed, reconstruct_t: {t_rt:.1f} us)")
+        # cuBLAS fp16 x fp16 -> fp32 as the reconstruct_act path calls it, with Ŵ as [k, n] ("NN") or as the
+        # transpose view of Ŵ^T [n, k] ("TN"), each into the split-k workspace
+        if m * a.n <= workspace.splitk_capacity():
+            out = workspace.splitk_acc(x.device)[: m * a.n].view(m, a.n)
+            ws = [torch.randn(a.k, a.n, device="cuda").half() for _ in range(2)]
+            wts = [w.t().contiguous() for w in ws]
+            xh1 = xh[0]
+            t_nn = graph_time_us([lambda w=w: torch.mm(xh1, w, out_dtype=torch.float32, out=out) for w in ws])
+            t_tn = graph_time_us([lambda w=w: torch.mm(xh1, w.t(), out_dtype=torch.float32, out=out) for w in wts])
+            out.zero_()
+            rows.append(f"  cuBLAS fp16->fp32 into the workspace: NN {t_nn:.1f} us, TN {t_tn:.1f} us")
         print("\n".join(rows), flush=True)
 
 

@@ -258,6 +258,34 @@ void reconstruct_out(Tensor& out, const std::vector<Tensor>& trellis, const std:
   reconstruct_into(out, trellis, suh, svh, codebook, col_begin, col_end, transform);
 }
 
+// Ŵ^T[col_begin:col_end, :] (decoded trellis, no transforms) as fp16 [col_end - col_begin, k] into `out`: the
+// weight operand of the reconstruct_act path (cuBLAS multiplies by its transpose view).
+void reconstruct_t_out(Tensor& out, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh, int64_t codebook,
+                       int64_t col_begin, int64_t col_end) {
+  TORCH_CHECK(!trellis.empty() && trellis[0].dim() == 3, "exl3_kernels.reconstruct_t_out: no (3-D) trellis tensors");
+  const Tensor& ref = trellis[0];
+  TORCH_CHECK(ref.is_cuda(), "exl3_kernels.reconstruct_t_out: tensors must be on CUDA, got ", ref.device());
+  const int64_t k = ref.size(0) * 16;
+  c10::cuda::CUDAGuard guard(ref.device());
+  exl3::ReconstructParams p{};
+  const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, ref);
+  TORCH_CHECK(col_begin >= 0 && col_begin <= col_end && col_end <= n_total && col_begin % 128 == 0 && col_end % 128 == 0,
+              "exl3_kernels.reconstruct_t_out: column range [", col_begin, ", ", col_end, ") must be 128-aligned inside [0, ",
+              n_total, "]");
+  TORCH_CHECK(out.scalar_type() == at::kHalf && out.is_contiguous() && out.dim() == 2 && out.size(0) == col_end - col_begin &&
+                  out.size(1) == k && out.device() == ref.device(),
+              "exl3_kernels.reconstruct_t_out: out must be contiguous fp16 [", col_end - col_begin, ", ", k, "] on ", ref.device(),
+              ", got ", out.scalar_type(), " ", out.sizes(), " on ", out.device());
+  check_aligned(out, 8, "reconstruct_t_out", "out");  // 8-byte stores (4 fp16 along k)
+  p.num_shards = static_cast<int>(trellis.size());
+  p.k = static_cast<int>(k);
+  p.col_begin = static_cast<int>(col_begin);
+  p.col_end = static_cast<int>(col_end);
+  p.w = out.data_ptr();
+  check_cuda(exl3::launch_reconstruct_t(p, static_cast<int>(codebook), c10::cuda::getCurrentCUDAStream(ref.device().index()).stream()),
+             "reconstruct_t launch");
+}
+
 void decode_lut(Tensor& out, int64_t codebook) {
   TORCH_CHECK(out.is_cuda() && out.scalar_type() == at::kHalf && out.is_contiguous() && out.numel() == 65536,
               "exl3_kernels.decode_lut: out must be contiguous fp16 [65536] on CUDA, got ", out.scalar_type(), " ", out.sizes());
@@ -294,6 +322,7 @@ TORCH_LIBRARY(exl3_kernels, m) {
         "ScalarType dtype, bool transform) -> Tensor");
   m.def("reconstruct_out(Tensor(a!) out, Tensor[] trellis, Tensor[] suh, Tensor[] svh, int codebook, int col_begin, "
         "int col_end, bool transform) -> ()");
+  m.def("reconstruct_t_out(Tensor(a!) out, Tensor[] trellis, Tensor[] svh, int codebook, int col_begin, int col_end) -> ()");
   m.def("decode_lut(Tensor(a!) out, int codebook) -> ()");
   m.def("compiled_k2_mask() -> int", &compiled_k2_mask);
   m.def("built_instances() -> int[]", &built_instances);
@@ -305,5 +334,6 @@ TORCH_LIBRARY_IMPL(exl3_kernels, CUDA, m) {
   m.impl("output_transform", &output_transform);
   m.impl("reconstruct", &reconstruct);
   m.impl("reconstruct_out", &reconstruct_out);
+  m.impl("reconstruct_t_out", &reconstruct_t_out);
   m.impl("decode_lut", &decode_lut);
 }

@@ -180,6 +180,24 @@ def reconstruct(trellis: list[torch.Tensor], suh: list[torch.Tensor], svh: list[
     return torch.ops.exl3_kernels.reconstruct(trellis, suh, svh, codebook, col_begin, col_end, dtype, transform)
 
 
+def reconstruct_t(trellis: list[torch.Tensor], svh: list[torch.Tensor], codebook: int, col_begin: int = 0,
+                  col_end: int = -1) -> torch.Tensor:
+    """Ŵ^T[col_begin:col_end] = the decoded trellis without transforms, transposed: fp16 [col_end - col_begin, k].
+
+    The operand of the reconstruct_act path (``torch.ops.exl3_kernels.reconstruct_t_out`` writes into a
+    workspace). Bit-identical to ``reconstruct(..., transform=False).t()`` (GPU test). Columns are absolute in
+    the fused layer and must be 128-aligned; ``svh`` only validates the shard shapes.
+
+    Raises:
+        RuntimeError naming the tensor on shape/dtype/device/alignment mismatch.
+    """
+    n_total = sum(t.shape[1] * 16 for t in trellis)
+    end = n_total if col_end < 0 else col_end
+    out = torch.empty(end - col_begin, trellis[0].shape[0] * 16, dtype=torch.float16, device=trellis[0].device)
+    torch.ops.exl3_kernels.reconstruct_t_out(out, trellis, svh, codebook, col_begin, end)
+    return out
+
+
 def decode_lut(codebook: int, device: torch.device | str = "cuda") -> torch.Tensor:
     """fp16 [65536]: the device decoder applied to every 16-bit state (test hook)."""
     out = torch.empty(65536, dtype=torch.float16, device=device)

@@ -81,7 +81,8 @@ def _run_reconstruct_act(x2, trellis, suh, svh, bias32, codebook: int) -> torch.
     acc[:, shard s] = had_k(x * suh_s) @ Ŵ_s (fp16 x fp16 -> fp32, cuBLAS writes straight into the split-k
     workspace), then y = output_transform(acc) = had_n(acc) * svh / sqrt(128) + bias, which re-zeroes the
     workspace. Rows go in chunks that fit the workspace; Ŵ is built once when it fits the reconstruct
-    workspace whole, else once per (row chunk, column chunk).
+    workspace whole, else once per (row chunk, column chunk). (Building Ŵ^T with ``reconstruct_t_out`` and
+    letting cuBLAS read its transpose view was measured slower at m = 256-512: docs/kernels.md.)
     """
     k, m = x2.shape[1], x2.shape[0]
     ns = [t.shape[1] * 16 for t in trellis]

@@ -45,3 +45,41 @@ def test_reconstruct_w_hat_bit_exact(oracle_dir):
         assert torch.equal(got.view(torch.int16), w_hat.view(torch.int16)), pre
         n_checked += 1
     assert n_checked > 0
+
+
+def test_reconstruct_t_w_hat_bit_exact(oracle_dir):
+    """The transposed, shared-memory-free kernel of the reconstruct_act path gives exllamav3's Ŵ, transposed."""
+    n_checked = 0
+    for pre, cb, K, trellis, w_hat in _reconstruct_cases(oracle_dir):
+        if not compiled(CB[cb], int(round(2 * K))):
+            continue
+        t = trellis.cuda()
+        ones_n = torch.ones(t.shape[1] * 16, dtype=torch.float16, device="cuda")
+        got = _ops.reconstruct_t([t], [ones_n], CB[cb]).cpu()
+        assert got.shape == (w_hat.shape[1], w_hat.shape[0]), (pre, got.shape)
+        assert torch.equal(got.t().contiguous().view(torch.int16), w_hat.view(torch.int16)), pre
+        n_checked += 1
+    assert n_checked > 0
+
+
+@pytest.mark.parametrize("cb", ["3inst", "mcg", "mul1"])
+def test_reconstruct_t_mixed_k_shards_and_column_range(cb):
+    """Fused layer with mixed K: every 128-column range of Ŵ^T equals the transform-free reconstruct, transposed."""
+    from _gpu_util import random_layer
+
+    k2s = [k2 for k2 in ([3, 4, 8, 16] if cb == "mul1" else [2, 4, 8, 16]) if compiled(CB[cb], k2)]
+    if not k2s:
+        pytest.skip("no K of this codebook compiled")
+    ns = [256, 128, 384, 128][: len(k2s)]
+    trellis, suh, svh, _ = random_layer(384, ns, k2s, seed=7)
+    ref = _ops.reconstruct(trellis, suh, svh, CB[cb], transform=False)  # [k, n_total]
+    whole = _ops.reconstruct_t(trellis, svh, CB[cb])
+    assert torch.equal(whole.view(torch.int16), ref.t().contiguous().view(torch.int16))
+    n_total = sum(ns)
+    part = _ops.reconstruct_t(trellis, svh, CB[cb], 128, n_total - 128)
+    assert torch.equal(part.view(torch.int16), ref[:, 128:n_total - 128].t().contiguous().view(torch.int16))
+    with pytest.raises(RuntimeError, match="must be contiguous fp16"):
+        torch.ops.exl3_kernels.reconstruct_t_out(torch.empty(n_total, 384, device="cuda", dtype=torch.bfloat16),
+                                                 trellis, svh, CB[cb], 0, n_total)
+    with pytest.raises(RuntimeError, match="128-aligned"):
+        _ops.reconstruct_t(trellis, svh, CB[cb], 64, n_total)

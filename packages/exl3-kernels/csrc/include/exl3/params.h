@@ -67,6 +67,8 @@ cudaError_t launch_gemm(const GemmParams& p, int codebook, int bm, cudaStream_t 
 cudaError_t launch_output_transform(const GemmParams& p, cudaStream_t stream);
 cudaError_t launch_input_transform(const InputTransformParams& p, cudaStream_t stream);
 cudaError_t launch_reconstruct(const ReconstructParams& p, int codebook, cudaStream_t stream);
+// Ŵ^T [col_end - col_begin, k] fp16 into p.w (no transforms; p.suh, p.transform and p.w_bf16 unused).
+cudaError_t launch_reconstruct_t(const ReconstructParams& p, int codebook, cudaStream_t stream);
 cudaError_t launch_decode_lut(uint16_t* out, int codebook, cudaStream_t stream);
 bool gemm_instance_built(int codebook, int bm);
 int gemm_smem_bytes(int bm, int K2);
