@@ -80,9 +80,11 @@ def _run_reconstruct_act(x2, trellis, suh, svh, bias32, codebook: int) -> torch.
 
     acc[:, shard s] = had_k(x * suh_s) @ Ŵ_s (fp16 x fp16 -> fp32, cuBLAS writes straight into the split-k
     workspace), then y = output_transform(acc) = had_n(acc) * svh / sqrt(128) + bias, which re-zeroes the
-    workspace. Rows go in chunks that fit the workspace; Ŵ is built once when it fits the reconstruct
-    workspace whole, else once per (row chunk, column chunk). (Building Ŵ^T with ``reconstruct_t_out`` and
-    letting cuBLAS read its transpose view was measured slower at m = 256-512: docs/kernels.md.)
+    workspace. Ŵ is built transposed, [n, k], by ``reconstruct_t_out`` (35 us for 4096 x 11008 at K = 4
+    against 54 us for Ŵ [k, n] from the shared-memory reconstruct kernel; cuBLAS takes the transpose view at
+    the same speed: bench/results/profiles/breakdown-ab-*-bc3eef7.txt). Rows go in chunks that fit the
+    workspace; Ŵ is built once when it fits the reconstruct workspace whole, else once per (row chunk,
+    column chunk).
     """
     k, m = x2.shape[1], x2.shape[0]
     ns = [t.shape[1] * 16 for t in trellis]
@@ -99,8 +101,8 @@ def _run_reconstruct_act(x2, trellis, suh, svh, bias32, codebook: int) -> torch.
     whole = cols >= n_total
     w_whole = None
     if whole:
-        w_whole = workspace.recon(x2.device, k * n_total, torch.float16).view(k, n_total)
-        torch.ops.exl3_kernels.reconstruct_out(w_whole, trellis, suh, svh, codebook, 0, n_total, False)
+        w_whole = workspace.recon(x2.device, k * n_total, torch.float16).view(n_total, k)
+        torch.ops.exl3_kernels.reconstruct_t_out(w_whole, trellis, svh, codebook, 0, n_total)
     ys = []
     for r0 in range(0, m, rows):
         r1 = min(m, r0 + rows)
@@ -111,12 +113,12 @@ def _run_reconstruct_act(x2, trellis, suh, svh, bias32, codebook: int) -> torch.
                 if whole:
                     w = w_whole
                 else:
-                    w = workspace.recon(x2.device, k * (c1 - c0), torch.float16).view(k, c1 - c0)
-                    torch.ops.exl3_kernels.reconstruct_out(w, trellis, suh, svh, codebook, c0, c1, False)
+                    w = workspace.recon(x2.device, k * (c1 - c0), torch.float16).view(c1 - c0, k)
+                    torch.ops.exl3_kernels.reconstruct_t_out(w, trellis, svh, codebook, c0, c1)
                 for s, (s0, n) in enumerate(zip(starts, ns)):
                     a, b = max(c0, s0), min(c1, s0 + n)
-                    if a < b:
-                        torch.mm(xh[s, r0:r1], w[:, a - c0:b - c0], out_dtype=torch.float32, out=acc2[:, a:b])
+                    if a < b:  # Ŵ^T rows a..b, read by cuBLAS as the [k, b - a] operand
+                        torch.mm(xh[s, r0:r1], w[a - c0:b - c0].t(), out_dtype=torch.float32, out=acc2[:, a:b])
             ys.append(_ops.output_transform(acc, svh, bias32, r1 - r0, x2.dtype))
         except BaseException:
             acc2.zero_()  # keep the workspace contract (all zero between ops) for every later split-k GEMM
