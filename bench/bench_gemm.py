@@ -70,7 +70,7 @@ def bench_point(k, ns, Ks, m, codebook, layers, dense, ext, rates):
     exl3_linear(x, layers[0])  # autotune for this m bucket (eager, outside capture)
     plan = next(iter(autotune.cached_plans().values()))
     out["plan"] = str(plan)
-    out["autotune_us"] = next(iter(autotune.cached_timings().values()), {})  # every candidate's cold median
+    out["autotune_us"] = next(iter(autotune.cached_timings().values()), {})  # {"first": .., "finalists": ..} cold medians
     out["ours_us"] = graph_time_us([lambda L=L: exl3_linear(x, L) for L in layers])
     out["cublas_us"] = graph_time_us([lambda W=W: x @ W for W in dense])
     if ext is not None and len(ns) == 1:

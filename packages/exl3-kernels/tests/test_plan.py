@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from exl3_kernels.plan import (BLOCKS_PER_SM, LayerShape, Plan, candidates, cost_model, m_bucket, max_split,
                                pick_bm, splitk_allowed, wave_efficiency, wave_splits)
@@ -87,3 +88,39 @@ def test_autotune_flush_covers_the_l2():
     assert flush_bytes(128 << 20) == 160 << 20  # RTX PRO 6000 class
     assert flush_bytes(50 * 10 ** 6) >= 50 * 10 ** 6 * 5 // 4 and flush_bytes(50 * 10 ** 6) % (1 << 20) == 0
     assert flush_bytes(0) == 1 << 20
+
+
+def test_autotune_retimes_close_candidates_and_picks_the_fastest_finalist(monkeypatch):
+    """Timing logic on CPU with a fake timer: first pass 100/105/109/150 us (three within 10%), second pass
+    reverses the order of the close three; the choice follows the second pass, the slow one is never re-timed."""
+    from exl3_kernels import autotune
+    from exl3_kernels.plan import LayerShape
+
+    monkeypatch.delenv("CUDA_EXL3_DETERMINISTIC", raising=False)
+    monkeypatch.delenv("CUDA_EXL3_AUTOTUNE", raising=False)
+    monkeypatch.delenv("CUDA_EXL3_PATH", raising=False)
+    monkeypatch.setattr(autotune.torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(autotune, "sm_count", lambda device: 132)
+    plans = [Plan("gemm", 64, 1), Plan("gemm", 64, 2), Plan("reconstruct"), Plan("reconstruct_act")]
+    monkeypatch.setattr(autotune, "candidates", lambda *a, **k: list(plans))
+    monkeypatch.setattr(autotune, "cost_model", lambda *a, **k: plans[0])  # the fallback is one of the candidates
+    first = {plans[0]: 0.100, plans[1]: 0.105, plans[2]: 0.109, plans[3]: 0.150}  # ms
+    second = {plans[0]: 0.120, plans[1]: 0.110, plans[2]: 0.090}
+    calls: list[tuple[Plan, int]] = []
+    last: list[Plan] = []
+
+    def fake_time(fn, device, reps=5):
+        fn()
+        calls.append((last[-1], reps))
+        return first[last[-1]] if reps == 5 else second[last[-1]]
+
+    monkeypatch.setattr(autotune, "_time", fake_time)
+    autotune.clear()
+    shape = LayerShape(4096, (11008,), (8,), 1)
+    chosen = autotune.choose(shape, 256, torch.float16, torch.device("cpu"), ACC, (16, 32, 64, 128), last.append)
+    assert chosen == Plan("reconstruct")
+    assert [p for p, r in calls if r == autotune.FINALIST_REPS] == plans[:3]
+    t = next(iter(autotune.cached_timings().values()))
+    assert t["first"] == {str(p): 1000.0 * v for p, v in first.items()}
+    assert t["finalists"] == {str(p): 1000.0 * v for p, v in second.items()}
+    autotune.clear()

@@ -14,7 +14,8 @@ Each timed run is preceded by a GPU-side wait (``torch.cuda._sleep``, about 100 
 host has enqueued the candidate's launches before the start event fires: eager Python and launch overhead
 (several launches on the reconstruct paths) would otherwise be counted as GPU time, which a CUDA-graph replay
 does not pay. The timings of every candidate are kept (:func:`cached_timings`) and logged at DEBUG level on
-the ``exl3_kernels.autotune`` logger.
+the ``exl3_kernels.autotune`` logger. Candidates within FINALIST_MARGIN of the fastest are timed a second
+time with more runs and the choice is made on that second timing.
 """
 from __future__ import annotations
 
@@ -31,11 +32,16 @@ from .plan import BM_TIERS, LayerShape, Plan, candidates, cost_model, m_bucket
 _cache: dict[tuple, Plan] = {}
 _sm_count: dict[int, int] = {}
 _flush: dict[int, torch.Tensor] = {}
-_timings: dict[tuple, dict[str, float]] = {}
+_timings: dict[tuple, dict[str, dict[str, float]]] = {}
 _log = logging.getLogger(__name__)
 # GPU-side wait before each timed run, in clock cycles (~100 us at 2 GHz): covers the host enqueue of the
 # candidate (the reconstruct paths make several launches from Python per call).
 HOST_LEAD_CYCLES = 200_000
+# Candidates within this fraction of the fastest first-pass median are timed again with FINALIST_REPS runs:
+# first-pass medians of 5 cold runs varied by 10-20 us between runs at m >= 256 on the H200 (84eec9c,
+# a0c895f, bc3eef7 benchmark JSONs, `autotune_us`), as much as the gap between the dense paths there.
+FINALIST_MARGIN = 0.10
+FINALIST_REPS = 15
 
 
 def flush_bytes(l2_bytes: int) -> int:
@@ -107,18 +113,20 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
             cands = candidates(shape, m, sm_count(device), acc_capacity, built_bm, deterministic)
             if base not in cands:
                 cands.append(base)
-            best, best_t = base, float("inf")
-            times: dict[str, float] = {}
-            for c in cands:
-                t = _time(lambda: run(c), device)
-                times[str(c)] = 1000.0 * t
-                if t < best_t:
-                    best, best_t = c, t
-            plan = best
+            first = {c: _time(lambda: run(c), device) for c in cands}
+            fastest = min(first.values())
+            finalists = [c for c in cands if first[c] <= fastest * (1.0 + FINALIST_MARGIN)]
+            final = dict(first)
+            if len(finalists) > 1:
+                for c in finalists:
+                    final[c] = _time(lambda: run(c), device, reps=FINALIST_REPS)
+            plan = min(finalists, key=lambda c: final[c])
             _cache[key] = plan
-            _timings[key] = times
-            _log.debug("exl3 autotune %s m=%d: %s -> %s", shape, m,
-                       ", ".join(f"{k} {v:.1f} us" for k, v in sorted(times.items(), key=lambda kv: kv[1])), plan)
+            _timings[key] = {"first": {str(c): 1000.0 * t for c, t in first.items()},
+                             "finalists": {str(c): 1000.0 * final[c] for c in finalists}}
+            _log.debug("exl3 autotune %s m=%d: %s; finalists %s -> %s", shape, m,
+                       ", ".join(f"{c} {1000.0 * t:.1f} us" for c, t in sorted(first.items(), key=lambda kv: kv[1])),
+                       ", ".join(f"{c} {1000.0 * final[c]:.1f} us" for c in finalists), plan)
     return _apply_pins(plan)
 
 
@@ -127,8 +135,10 @@ def cached_plans() -> dict[tuple, Plan]:
     return dict(_cache)
 
 
-def cached_timings() -> dict[tuple, dict[str, float]]:
-    """Per cache key, the median time in us of every candidate timed for it (empty for cost-model plans)."""
+def cached_timings() -> dict[tuple, dict[str, dict[str, float]]]:
+    """Per timed cache key: ``{"first": {plan: us}, "finalists": {plan: us}}``, the first-pass median of every
+    candidate and the second, longer timing of those within FINALIST_MARGIN of the fastest (the choice is the
+    fastest finalist). Keys decided by the cost model (capture, deterministic, autotune off) are absent."""
     return {k: dict(v) for k, v in _timings.items()}
 
 
