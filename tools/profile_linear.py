@@ -48,6 +48,7 @@ def main():
                 xh = _ops.input_transform(x, Ls[0].suh)
                 _ops.gemm(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, a.bm, a.split, acc, x.dtype)
                 _ops.reconstruct(Ls[0].trellis, Ls[0].suh, Ls[0].svh, a.cb, dtype=x.dtype)
+                _ops.reconstruct_t(Ls[0].trellis, Ls[0].svh, a.cb)
             torch.cuda.synchronize()
             continue
         xh = _ops.input_transform(x, Ls[0].suh)
