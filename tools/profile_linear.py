@@ -48,7 +48,8 @@ def main():
                 xh = _ops.input_transform(x, Ls[0].suh)
                 _ops.gemm(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, a.bm, a.split, acc, x.dtype)
                 _ops.reconstruct(Ls[0].trellis, Ls[0].suh, Ls[0].svh, a.cb, dtype=x.dtype)
-                _ops.reconstruct_t(Ls[0].trellis, Ls[0].svh, a.cb)
+                if hasattr(torch.ops.exl3_kernels, "reconstruct_t_out"):
+                    _ops.reconstruct_t(Ls[0].trellis, Ls[0].svh, a.cb)
             torch.cuda.synchronize()
             continue
         xh = _ops.input_transform(x, Ls[0].suh)
@@ -62,8 +63,11 @@ def main():
                 rows.append(f"  gemm bm={bm} split={split}: {t:.1f} us")
         t_rc = graph_time_us([lambda L=L: _ops.reconstruct(L.trellis, L.suh, L.svh, a.cb, dtype=x.dtype) for L in Ls])
         t_rc0 = graph_time_us([lambda L=L: _ops.reconstruct(L.trellis, L.suh, L.svh, a.cb, dtype=x.dtype, transform=False) for L in Ls])
-        t_rt = graph_time_us([lambda L=L: _ops.reconstruct_t(L.trellis, L.svh, a.cb) for L in Ls])
-        rows.append(f"  reconstruct {t_rc:.1f} us (no transform: {t_rc0:.1f} us; transposed, reconstruct_t: {t_rt:.1f} us)")
+        if hasattr(torch.ops.exl3_kernels, "reconstruct_t_out"):  # libraries from bc3eef7 on
+            t_rt = graph_time_us([lambda L=L: _ops.reconstruct_t(L.trellis, L.svh, a.cb) for L in Ls])
+            rows.append(f"  reconstruct {t_rc:.1f} us (no transform: {t_rc0:.1f} us; transposed, reconstruct_t: {t_rt:.1f} us)")
+        else:
+            rows.append(f"  reconstruct {t_rc:.1f} us (no transform: {t_rc0:.1f} us)")
         # cuBLAS fp16 x fp16 -> fp32 as the reconstruct_act path calls it, with Ŵ as [k, n] ("NN") or as the
         # transpose view of Ŵ^T [n, k] ("TN"), each into the split-k workspace
         if m * a.n <= workspace.splitk_capacity():

@@ -18,12 +18,12 @@ CUDA_EXL3_LIBRARY=$B python3 -m pytest packages/exl3-kernels/tests/gpu -q -rs --
   | tee $OUT/gpu_tests_B.log | tail -5
 CUDA_EXL3_LIBRARY=$B compute-sanitizer --tool memcheck --leak-check no python3 tools/kernel_smoke.py > $OUT/sanitizer_B.log 2>&1
 echo "sanitizer B rc=$?"; tail -2 $OUT/sanitizer_B.log
-for lib in A B; do
-  eval "so=\$$lib"
-  CUDA_EXL3_LIBRARY=$so python3 tools/profile_linear.py breakdown --k 4096 --n 11008 --K 4 --m 1,16,64,128,256 \
-    > $OUT/breakdown_$lib.txt 2>&1
-done
-paste -d'|' <(cut -c1-40 $OUT/breakdown_A.txt) <(cut -c1-40 $OUT/breakdown_B.txt) | head -120
+APY=$PYTHONPATH; [ -d .device/main-src/exl3_kernels ] && APY=$PWD/.device/main-src:$PYTHONPATH  # A's own Python
+PYTHONPATH=$APY CUDA_EXL3_LIBRARY=$A python3 tools/profile_linear.py breakdown --k 4096 --n 11008 --K 4 \
+  --m 1,16,64,128,256 > $OUT/breakdown_A.txt 2>&1
+CUDA_EXL3_LIBRARY=$B python3 tools/profile_linear.py breakdown --k 4096 --n 11008 --K 4 --m 1,16,64,128,256 \
+  > $OUT/breakdown_B.txt 2>&1
+paste -d'|' <(cut -c1-60 $OUT/breakdown_A.txt) <(cut -c1-60 $OUT/breakdown_B.txt) | grep -v "gemm bm=" | head -60
 CUDA_EXL3_LIBRARY=$B python3 bench/bench_gemm.py --out $OUT/gemm_B.json "$@" > $OUT/bench_B.log 2>&1; echo "bench B rc=$?"
 if [ -d .device/main-src/exl3_kernels ]; then  # A needs main's Python: the branch's registers ops A lacks
   PYTHONPATH=$PWD/.device/main-src:$PYTHONPATH CUDA_EXL3_LIBRARY=$A python3 bench/bench_gemm.py --out $OUT/gemm_A.json "$@" \

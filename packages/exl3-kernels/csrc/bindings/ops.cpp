@@ -163,6 +163,8 @@ void reconstruct_into(Tensor& w, const std::vector<Tensor>& trellis, const std::
   const at::ScalarType dtype = w.scalar_type();
   TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "exl3_kernels.reconstruct: dtype must be fp16 or bf16, got ", dtype);
   const int64_t k = ref.size(0) * 16;
+  TORCH_CHECK(k % 128 == 0, "exl3_kernels.reconstruct: k = ", k, " (trellis[0] has ", ref.size(0),
+              " tile rows) is not a multiple of 128");
   c10::cuda::CUDAGuard guard(ref.device());
   exl3::ReconstructParams p{};
   const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, ref);
@@ -266,6 +268,8 @@ void reconstruct_t_out(Tensor& out, const std::vector<Tensor>& trellis, const st
   const Tensor& ref = trellis[0];
   TORCH_CHECK(ref.is_cuda(), "exl3_kernels.reconstruct_t_out: tensors must be on CUDA, got ", ref.device());
   const int64_t k = ref.size(0) * 16;
+  TORCH_CHECK(k % 128 == 0, "exl3_kernels.reconstruct_t_out: k = ", k, " (trellis[0] has ", ref.size(0),
+              " tile rows) is not a multiple of 128");
   c10::cuda::CUDAGuard guard(ref.device());
   exl3::ReconstructParams p{};
   const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, ref);

@@ -20,7 +20,7 @@
 // Work split. A warp owns one tile column (16 rows of Ŵ^T) for 8 tile rows (128 k); a block of 8 warps covers
 // 128 columns (one shard: shards are multiples of 128) x 128 k. Every lane issues the 3 window loads of all 8
 // tiles before decoding any (24 independent LDG in flight per lane), so the kernel needs no cp.async pipeline;
-// at ~40 registers and no shared memory, 64 warps per SM hide the rest of the latency.
+// at 38-40 registers and no shared memory, 6 blocks = 48 warps per SM (75%) hide the rest of the latency.
 #include <cuda_fp16.h>
 
 #include "exl3/codebook.cuh"

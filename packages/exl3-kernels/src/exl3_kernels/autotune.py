@@ -10,8 +10,9 @@ the H200) is allocated at the first timing, normally vLLM's profile run, and kep
 CUDA_EXL3_AUTOTUNE=0, or in deterministic mode the cost model decides (deterministic mode never times, so
 reruns pick the same plan).
 
-Each timed run is preceded by a GPU-side wait (``torch.cuda._sleep``, about 100 us) after the flush, so the
-host has enqueued the candidate's launches before the start event fires: eager Python and launch overhead
+Each timed run is preceded by a GPU-side wait (``torch.cuda._sleep``, about 100 us, doubled while the GPU still
+reaches the start event before the host has finished, see :func:`_time`) after the flush, so the host has
+enqueued the candidate's launches before the start event fires: eager Python and launch overhead
 (several launches on the reconstruct paths) would otherwise be counted as GPU time, which a CUDA-graph replay
 does not pay. The timings of every candidate are kept (:func:`cached_timings`) and logged at DEBUG level on
 the ``exl3_kernels.autotune`` logger. Candidates within FINALIST_MARGIN of the fastest are timed a second
@@ -45,7 +46,7 @@ FINALIST_REPS = 15
 
 
 def flush_bytes(l2_bytes: int) -> int:
-    """Bytes written to evict an L2 of ``l2_bytes``: 1.25x its size, in whole MiB (at least 1 MiB)."""
+    """Bytes read to evict an L2 of ``l2_bytes``: 1.25x its size, in whole MiB (at least 1 MiB)."""
     return max(1, (l2_bytes * 5 // 4 + (1 << 20) - 1) >> 20) << 20
 
 
@@ -81,17 +82,27 @@ def _apply_pins(p: Plan) -> Plan:
 
 
 def _time(fn: Callable[[], object], device: torch.device, reps: int = 5) -> float:
+    """Median GPU time in ms of ``fn`` over ``reps`` runs, each with the L2 flushed and a GPU-side wait ahead.
+
+    After ``fn`` has been enqueued the start event is queried: if the GPU already passed it, it sat idle while
+    the host was still launching, so the run is discarded and the wait doubled (up to 16x HOST_LEAD_CYCLES).
+    """
     with torch.cuda.device(device):  # the flush, the events and fn on the same device's current stream
         fn()
         times = []
-        for _ in range(reps):
+        lead = HOST_LEAD_CYCLES
+        while len(times) < reps:
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             _flush_l2(device)
-            torch.cuda._sleep(HOST_LEAD_CYCLES)
+            torch.cuda._sleep(lead)
             a.record()
             fn()
+            overtaken = a.query()  # True: the GPU reached the start before the host finished enqueueing fn
             b.record()
             b.synchronize()
+            if overtaken and lead < 16 * HOST_LEAD_CYCLES:
+                lead *= 2
+                continue
             times.append(a.elapsed_time(b))
     return statistics.median(times)
 
@@ -138,8 +149,9 @@ def cached_plans() -> dict[tuple, Plan]:
 def cached_timings() -> dict[tuple, dict[str, dict[str, float]]]:
     """Per timed cache key: ``{"first": {plan: us}, "finalists": {plan: us}}``, the first-pass median of every
     candidate and the second, longer timing of those within FINALIST_MARGIN of the fastest (the choice is the
-    fastest finalist). Keys decided by the cost model (capture, deterministic, autotune off) are absent."""
-    return {k: dict(v) for k, v in _timings.items()}
+    fastest finalist; a lone finalist is not re-timed and keeps its first-pass time). Keys decided by the cost
+    model (capture, deterministic, autotune off) are absent."""
+    return {k: {part: dict(t) for part, t in v.items()} for k, v in _timings.items()}
 
 
 def clear() -> None:

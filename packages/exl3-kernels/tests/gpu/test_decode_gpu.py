@@ -70,7 +70,7 @@ def test_reconstruct_t_mixed_k_shards_and_column_range(cb):
     k2s = [k2 for k2 in ([3, 4, 8, 16] if cb == "mul1" else [2, 4, 8, 16]) if compiled(CB[cb], k2)]
     if not k2s:
         pytest.skip("no K of this codebook compiled")
-    ns = [256, 128, 384, 128][: len(k2s)]
+    ns = ([256, 128, 384, 128] if len(k2s) > 1 else [384])[: len(k2s)]  # n_total >= 384: a non-empty inner range
     trellis, suh, svh, _ = random_layer(384, ns, k2s, seed=7)
     ref = _ops.reconstruct(trellis, suh, svh, CB[cb], transform=False)  # [k, n_total]
     whole = _ops.reconstruct_t(trellis, svh, CB[cb])
@@ -83,3 +83,6 @@ def test_reconstruct_t_mixed_k_shards_and_column_range(cb):
                                                  trellis, svh, CB[cb], 0, n_total)
     with pytest.raises(RuntimeError, match="128-aligned"):
         _ops.reconstruct_t(trellis, svh, CB[cb], 64, n_total)
+    t64, _, sv64, _ = random_layer(64, [128], k2s[:1], seed=8)  # k = 64: the grid covers k in steps of 128
+    with pytest.raises(RuntimeError, match="not a multiple of 128"):
+        _ops.reconstruct_t(t64, sv64, CB[cb])

@@ -155,6 +155,9 @@ def test_cuda_graph_replay_equals_eager(monkeypatch, deterministic):
     split-k atomics the fp32 summation order varies from run to run (eager vs eager too), so there within
     one bf16 ulp (at most 2^-7 of the value)."""
     monkeypatch.setenv("CUDA_EXL3_DETERMINISTIC", "1" if deterministic else "0")
+    if not deterministic:  # make sure the atomics are really used
+        monkeypatch.setenv("CUDA_EXL3_PATH", "gemm")
+        monkeypatch.setenv("CUDA_EXL3_SPLIT", "4")
     autotune.clear()
     cb = "mcg" if compiled(1, 8) else "mul1"
     trellis, suh, svh, bias = random_layer(1024, [512, 256], [8, 8], seed=11, bias=True)
@@ -328,6 +331,27 @@ def test_reconstruct_act_bad_bias_leaves_workspace_zero(monkeypatch):
     autotune.clear()
 
 
+def test_reconstruct_act_error_after_cublas_leaves_workspace_zero(monkeypatch):
+    """An error after cuBLAS has written its partial sums into the shared workspace (here: output_transform
+    raising) must leave the workspace all zero for the next split-k GEMM (linear.py's except branch)."""
+    from exl3_kernels import linear
+
+    cb = "mcg" if compiled(1, 8) else "mul1"
+    trellis, suh, svh, _ = random_layer(512, [256, 128], [8, 8], seed=21)
+    x = torch.randn(64, 512, device="cuda", dtype=torch.float16)
+    written = []
+
+    def failing_output_transform(acc, *args, **kwargs):
+        written.append(torch.count_nonzero(acc).item())
+        raise RuntimeError("injected failure after cuBLAS")
+
+    monkeypatch.setattr(linear._ops, "output_transform", failing_output_transform)
+    with pytest.raises(RuntimeError, match="injected"):
+        linear._run_reconstruct_act(x, trellis, suh, svh, None, CBS[cb])
+    assert written and written[0] > 0  # cuBLAS did write into the workspace before the failure
+    _acc_is_zero()
+
+
 def test_cuda_graph_replay_reconstruct_act(monkeypatch):
     """The reconstruct_act path captured in a CUDA graph (with row chunks) replays like eager."""
     cb = "mcg" if compiled(1, 8) else "mul1"
@@ -376,15 +400,17 @@ def test_autotune_keeps_the_fastest_timing(monkeypatch):
     assert all(first[c] <= (1 + autotune.FINALIST_MARGIN) * min(first.values()) for c in finalists), (first, finalists)
 
 
-def test_autotune_timing_excludes_host_overhead():
-    """A candidate that spends 30 us on the host before its one small kernel is timed at GPU time only."""
+@pytest.mark.parametrize("host_us", [30, 300])
+def test_autotune_timing_excludes_host_overhead(host_us):
+    """A candidate that spends 30 us (inside the ~100 us GPU-side wait) or 300 us (beyond it: the wait must grow)
+    on the host before its one small kernel is timed at GPU time only."""
     import time
 
     x = torch.zeros(1 << 16, device="cuda")
 
     def slow_host():
         t0 = time.perf_counter()
-        while time.perf_counter() - t0 < 30e-6:
+        while time.perf_counter() - t0 < host_us * 1e-6:
             pass
         x.add_(1)
 

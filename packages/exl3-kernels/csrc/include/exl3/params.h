@@ -45,7 +45,7 @@ struct ReconstructParams {
   int num_shards;
   int k;
   int col_begin, col_end;  // absolute column range of the fused output to build (multiples of 128)
-  void* w;                 // [k, col_end - col_begin], fp16 or bf16
+  void* w;                 // [k, col_end - col_begin], fp16 or bf16 (reconstruct_t: [col_end - col_begin, k] fp16)
   int w_bf16;
   int transform;           // 1: W = diag(suh) H Ŵ H diag(svh); 0: Ŵ only (decode test)
 };
