@@ -33,6 +33,7 @@
 #include <utility>
 
 #include "exl3/codebook.cuh"
+#include "exl3/dispatch.cuh"
 #include "exl3/hadamard.cuh"
 #include "exl3/mma.cuh"
 #include "exl3/params.h"
@@ -277,18 +278,14 @@ template <int CB, int BM>
 __global__ void __launch_bounds__(kThreads, GemmOccupancy<BM>::kMinBlocks) gemm_kernel(const __grid_constant__ GemmParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int col0 = blockIdx.x * 128;
-  int s = 0;
-#pragma unroll
-  for (int i = 1; i < kMaxShards; ++i)
-    if (i < p.num_shards && col0 >= p.shard[i].col_offset) s = i;
-  const GemmShard& sh = p.shard[s];
-  // K2 is uniform per block (a block never straddles shards), so mixed-K fused layers run in one
-  // launch; every K2 body of this (CB, BM) instance is compiled into this kernel.
+  const GemmShard& sh = p.shard[shard_of(p.shard, p.num_shards, col0)];
+  // K2 is uniform per block (a block never straddles shards), so mixed-K fused layers run in one launch; every
+  // built K2 body of this (CB, BM) instance is compiled into this kernel. (A plain switch here rather than
+  // dispatch_k2: with the lambda ptxas laid out the mul1 BM128 instance differently, +96 SASS instructions.)
   switch (sh.K2) {
-#define EXL3_GEMM_CASE(K2)                                                        \
-  case K2:                                                                        \
-    if constexpr (((kK2Mask >> K2) & 1u) && (K2 % 2 == 0 || CB == kCbMul1))       \
-      gemm_block<CB, BM, K2>(p, sh, smem);                                        \
+#define EXL3_GEMM_CASE(K2)                                      \
+  case K2:                                                      \
+    if constexpr (k2_built<CB, K2>()) gemm_block<CB, BM, K2>(p, sh, smem); \
     break;
     EXL3_GEMM_CASE(2) EXL3_GEMM_CASE(3) EXL3_GEMM_CASE(4) EXL3_GEMM_CASE(5)
     EXL3_GEMM_CASE(6) EXL3_GEMM_CASE(7) EXL3_GEMM_CASE(8) EXL3_GEMM_CASE(10)

@@ -17,10 +17,7 @@ __global__ void __launch_bounds__(256) splitk_epilogue_kernel(const __grid_const
   const int row = (int)(wid / blocks_n);
   const int cb = (int)(wid % blocks_n);
   const int col = cb * 128 + 4 * lane;
-  int s = 0;
-#pragma unroll
-  for (int i = 1; i < kMaxShards; ++i)
-    if (i < p.num_shards && cb * 128 >= p.shard[i].col_offset) s = i;
+  const int s = shard_of(p.shard, p.num_shards, cb * 128);
   const int64_t off = (int64_t)row * p.n_total + col;
   float4* a = reinterpret_cast<float4*>(p.acc + off);
   const float4 t = *a;

@@ -24,6 +24,7 @@
 #include <cuda_fp16.h>
 
 #include "exl3/codebook.cuh"
+#include "exl3/dispatch.cuh"
 #include "exl3/mma.cuh"
 #include "exl3/params.h"
 #include "exl3/store.cuh"
@@ -186,24 +187,9 @@ __device__ __forceinline__ void reconstruct_block(const ReconstructParams& p, co
 template <int CB>
 __global__ void __launch_bounds__(256) reconstruct_kernel(const __grid_constant__ ReconstructParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
-  const int col0 = p.col_begin + blockIdx.y * 128;
-  int s = 0;
-#pragma unroll
-  for (int i = 1; i < kMaxShards; ++i)
-    if (i < p.num_shards && col0 >= p.shard[i].col_offset) s = i;
+  const int s = shard_of(p.shard, p.num_shards, p.col_begin + blockIdx.y * 128);
   const GemmShard& sh = p.shard[s];
-  switch (sh.K2) {
-#define EXL3_RC_CASE(K2)                                                    \
-  case K2:                                                                  \
-    if constexpr (((kK2Mask >> K2) & 1u) && (K2 % 2 == 0 || CB == kCbMul1)) \
-      reconstruct_block<CB, K2>(p, sh, s, smem);                            \
-    break;
-    EXL3_RC_CASE(2) EXL3_RC_CASE(3) EXL3_RC_CASE(4) EXL3_RC_CASE(5)
-    EXL3_RC_CASE(6) EXL3_RC_CASE(7) EXL3_RC_CASE(8) EXL3_RC_CASE(10)
-    EXL3_RC_CASE(12) EXL3_RC_CASE(14) EXL3_RC_CASE(16)
-#undef EXL3_RC_CASE
-    default: break;
-  }
+  dispatch_k2<CB>(sh.K2, [&](auto k2) { reconstruct_block<CB, decltype(k2)::value>(p, sh, s, smem); });
 }
 
 template <int CB>

@@ -24,6 +24,7 @@
 #include <cuda_fp16.h>
 
 #include "exl3/codebook.cuh"
+#include "exl3/dispatch.cuh"
 #include "exl3/params.h"
 #include "exl3/trellis.cuh"
 
@@ -78,25 +79,9 @@ __device__ __forceinline__ void reconstruct_t_strip(const ReconstructParams& p, 
 
 template <int CB>
 __global__ void __launch_bounds__(256) reconstruct_t_kernel(const __grid_constant__ ReconstructParams p) {
-  const int col0 = p.col_begin + blockIdx.y * 128;
-  int s = 0;
-#pragma unroll
-  for (int i = 1; i < kMaxShards; ++i)
-    if (i < p.num_shards && col0 >= p.shard[i].col_offset) s = i;
-  const GemmShard& sh = p.shard[s];
+  const GemmShard& sh = p.shard[shard_of(p.shard, p.num_shards, p.col_begin + blockIdx.y * 128)];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  switch (sh.K2) {
-#define EXL3_RT_CASE(K2)                                                    \
-  case K2:                                                                  \
-    if constexpr (((kK2Mask >> K2) & 1u) && (K2 % 2 == 0 || CB == kCbMul1)) \
-      reconstruct_t_strip<CB, K2>(p, sh, lane, warp);                       \
-    break;
-    EXL3_RT_CASE(2) EXL3_RT_CASE(3) EXL3_RT_CASE(4) EXL3_RT_CASE(5)
-    EXL3_RT_CASE(6) EXL3_RT_CASE(7) EXL3_RT_CASE(8) EXL3_RT_CASE(10)
-    EXL3_RT_CASE(12) EXL3_RT_CASE(14) EXL3_RT_CASE(16)
-#undef EXL3_RT_CASE
-    default: break;
-  }
+  dispatch_k2<CB>(sh.K2, [&](auto k2) { reconstruct_t_strip<CB, decltype(k2)::value>(p, sh, lane, warp); });
 }
 
 cudaError_t launch_reconstruct_t(const ReconstructParams& p, int codebook, cudaStream_t stream) {
