@@ -29,6 +29,17 @@ void check_aligned(const Tensor& t, int bytes, const char* op, const char* name,
               " is not; pass a contiguous tensor that does not start at an odd offset into its storage)");
 }
 
+// The fp32 bias [n_total] of the GEMM epilogue (read as float4, hence 16-byte aligned), or nullptr.
+const float* bias_ptr(const std::optional<Tensor>& bias, int64_t n_total, const at::Device& device, const char* op) {
+  if (!bias.has_value()) return nullptr;
+  const Tensor& b = *bias;
+  TORCH_CHECK(b.scalar_type() == at::kFloat && b.is_contiguous() && b.dim() == 1 && b.size(0) == n_total && b.device() == device,
+              "exl3_kernels.", op, ": bias must be contiguous fp32 [", n_total, "] on ", device, ", got ", b.scalar_type(), " ",
+              b.sizes(), " on ", b.device());
+  check_aligned(b, 16, op, "bias");
+  return b.data_ptr<float>();
+}
+
 int k2_of(const Tensor& trellis, int64_t i) {
   TORCH_CHECK(trellis.dim() == 3, "exl3_kernels: trellis[", i, "] must be 3-D [k/16, n/16, 16K], got ", trellis.sizes());
   const int64_t last = trellis.size(2);
@@ -125,13 +136,7 @@ Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vec
   p.m = static_cast<int>(m);
   p.k = static_cast<int>(k);
   p.n_total = n_total;
-  if (bias.has_value()) {
-    const Tensor& b = *bias;
-    TORCH_CHECK(b.scalar_type() == at::kFloat && b.is_contiguous() && b.dim() == 1 && b.size(0) == n_total && b.device() == xh.device(),
-                "exl3_kernels.gemm: bias must be contiguous fp32 [", n_total, "] on ", xh.device(), ", got ", b.scalar_type(), " ", b.sizes());
-    check_aligned(b, 16, "gemm", "bias");
-    p.bias = b.data_ptr<float>();
-  }
+  p.bias = bias_ptr(bias, n_total, xh.device(), "gemm");
   const int64_t k16 = k / 16;
   TORCH_CHECK(split >= 1 && split <= k16 / 4, "exl3_kernels.gemm: split = ", split, " must be in 1..", k16 / 4, " for k = ", k);
   int64_t per = (k16 + split - 1) / split;
@@ -225,14 +230,7 @@ Tensor output_transform(const Tensor& acc, const std::vector<Tensor>& svh, const
   p.num_shards = static_cast<int>(S);
   p.m = static_cast<int>(m);
   p.n_total = n_total;
-  if (bias.has_value()) {
-    const Tensor& b = *bias;
-    TORCH_CHECK(b.scalar_type() == at::kFloat && b.is_contiguous() && b.dim() == 1 && b.size(0) == n_total && b.device() == acc.device(),
-                "exl3_kernels.output_transform: bias must be contiguous fp32 [", n_total, "] on ", acc.device(), ", got ",
-                b.scalar_type(), " ", b.sizes());
-    check_aligned(b, 16, "output_transform", "bias");
-    p.bias = b.data_ptr<float>();
-  }
+  p.bias = bias_ptr(bias, n_total, acc.device(), "output_transform");
   p.acc = acc.data_ptr<float>();
   p.split = 2;  // informational: the epilogue path
   Tensor y = at::empty({m, n_total}, acc.options().dtype(out_dtype));

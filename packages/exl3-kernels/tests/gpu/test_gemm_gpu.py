@@ -27,6 +27,19 @@ def _acc_is_zero():
         assert torch.count_nonzero(t).item() == 0, "split-k accumulator not re-zeroed"
 
 
+def _capture(fn):
+    """Warm fn up on a side stream (workspaces, autotuner), then capture it: (graph, output tensor of the graph)."""
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        out = fn()
+    return g, out
+
+
 def _gemm(x, trellis, suh, svh, bias, cb, bm, split, dtype):
     xh = _ops.input_transform(x, suh)
     acc = workspace.splitk_acc(x.device) if split > 1 else xh
@@ -165,14 +178,7 @@ def test_cuda_graph_replay_equals_eager(monkeypatch, deterministic):
     for m in (1, 16, 64):
         x = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
         eager = exl3_linear(x, layer)  # warms autotuner + workspaces outside capture
-        g = torch.cuda.CUDAGraph()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            exl3_linear(x, layer)
-        torch.cuda.current_stream().wait_stream(s)
-        with torch.cuda.graph(g):
-            out = exl3_linear(x, layer)
+        g, out = _capture(lambda: exl3_linear(x, layer))
         x.copy_(torch.randn_like(x))
         g.replay()
         torch.cuda.synchronize()
@@ -364,14 +370,7 @@ def test_cuda_graph_replay_reconstruct_act(monkeypatch):
     try:
         x = torch.randn(400, 1024, device="cuda", dtype=torch.bfloat16)
         eager = exl3_linear(x, layer)
-        g = torch.cuda.CUDAGraph()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            exl3_linear(x, layer)
-        torch.cuda.current_stream().wait_stream(s)
-        with torch.cuda.graph(g):
-            out = exl3_linear(x, layer)
+        g, out = _capture(lambda: exl3_linear(x, layer))
         x.copy_(torch.randn_like(x))
         g.replay()
         torch.cuda.synchronize()
