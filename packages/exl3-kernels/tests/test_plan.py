@@ -66,14 +66,14 @@ def test_reconstruct_paths_offered_from_m_64():
     shape = SHAPES[0]
     for m, offered in ((1, False), (63, False), (64, True), (4096, True)):
         paths = {c.path for c in candidates(shape, m, 132, ACC)}
-        assert ({"reconstruct", "reconstruct_act"} <= paths) == offered, (m, paths)
+        assert ({"reconstruct", "reconstruct_act", "reconstruct_n"} <= paths) == offered, (m, paths)
     assert str(Plan("reconstruct_act")) == "reconstruct_act" and str(Plan("gemm", 64, 4)) == "gemm(bm=64,split=4)"
 
 
 def test_path_pin_accepts_the_three_paths(monkeypatch):
     from exl3_kernels import autotune
 
-    for path in ("gemm", "reconstruct", "reconstruct_act"):
+    for path in ("gemm", "reconstruct", "reconstruct_act", "reconstruct_n"):
         monkeypatch.setenv("CUDA_EXL3_PATH", path)
         assert autotune._apply_pins(Plan("gemm", 16, 2)).path == path
     monkeypatch.setenv("CUDA_EXL3_PATH", "dense")

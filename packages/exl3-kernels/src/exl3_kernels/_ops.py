@@ -96,8 +96,8 @@ def _register_fakes() -> None:
     lib = "exl3_kernels::"
 
     @torch.library.register_fake(lib + "input_transform")
-    def _(x, suh):
-        return x.new_empty((len(suh), x.shape[0], x.shape[1]), dtype=torch.float16)
+    def _(x, suh, out_dtype=None):
+        return x.new_empty((len(suh), x.shape[0], x.shape[1]), dtype=out_dtype or torch.float16)
 
     @torch.library.register_fake(lib + "gemm")
     def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype):
@@ -115,18 +115,19 @@ def _register_fakes() -> None:
         return trellis[0].new_empty((trellis[0].shape[0] * 16, end - col_begin), dtype=dtype)
 
 
-def input_transform(x: torch.Tensor, suh: list[torch.Tensor]) -> torch.Tensor:
-    """xh[s] = fp16(had128(x * suh[s])) for each shard s, one launch.
+def input_transform(x: torch.Tensor, suh: list[torch.Tensor], out_dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    """xh[s] = round(had128(x * suh[s]) / sqrt(128)) for each shard s, one launch (fp32 inside, one rounding).
 
     Args:
         x: [m, k] fp16/bf16 CUDA, unit column stride, k % 128 == 0.
         suh: per shard, fp16 [k].
+        out_dtype: torch.float16 (the GEMM's operand) or torch.bfloat16 (the reconstruct_n path with bf16 x).
     Returns:
-        fp16 [len(suh), m, k].
+        [len(suh), m, k] in ``out_dtype``.
     Raises:
         RuntimeError from the op on shape/dtype/device mismatch (message names the tensor).
     """
-    return torch.ops.exl3_kernels.input_transform(x, suh)
+    return torch.ops.exl3_kernels.input_transform(x, suh, out_dtype)
 
 
 def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], bias: torch.Tensor | None,
@@ -195,6 +196,24 @@ def reconstruct_t(trellis: list[torch.Tensor], svh: list[torch.Tensor], codebook
     end = n_total if col_end < 0 else col_end
     out = torch.empty(end - col_begin, trellis[0].shape[0] * 16, dtype=torch.float16, device=trellis[0].device)
     torch.ops.exl3_kernels.reconstruct_t_out(out, trellis, svh, codebook, col_begin, end)
+    return out
+
+
+def reconstruct_n(trellis: list[torch.Tensor], svh: list[torch.Tensor], codebook: int, col_begin: int = 0,
+                  col_end: int = -1, dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    """W_n[:, col_begin:col_end] = Ŵ H_n diag(svh) / sqrt(128): the output transform folded into the weight.
+
+    [k, col_end - col_begin] in ``dtype`` (fp16 or bf16; fp32 inside, one rounding). With
+    xh = :func:`input_transform` (x, suh), ``xh @ W_n`` is the layer (per shard; docs/kernels.md,
+    reconstruct_n). Columns are absolute in the fused layer and must be 128-aligned.
+
+    Raises:
+        RuntimeError naming the tensor on shape/dtype/device/alignment mismatch.
+    """
+    n_total = sum(t.shape[1] * 16 for t in trellis)
+    end = n_total if col_end < 0 else col_end
+    out = torch.empty(trellis[0].shape[0] * 16, end - col_begin, dtype=dtype, device=trellis[0].device)
+    torch.ops.exl3_kernels.reconstruct_n_out(out, trellis, svh, codebook, col_begin, end)
     return out
 
 

@@ -6,7 +6,7 @@ library is not). Errors about a bad value name the spelling that was actually re
 
 | variable | meaning | default |
 |---|---|---|
-| CUDA_EXL3_PATH | force the path: ``gemm`` (trellis GEMM), ``reconstruct`` (dense W + cuBLAS) or ``reconstruct_act`` (dense Ŵ + cuBLAS, Hadamards on the activations) | unset: planner |
+| CUDA_EXL3_PATH | force the path: ``gemm`` (trellis GEMM), ``reconstruct`` (dense W + cuBLAS), ``reconstruct_act`` (dense Ŵ + cuBLAS, Hadamards on the activations) or ``reconstruct_n`` (output Hadamard folded into the dense weight, input Hadamard on the activations) | unset: planner |
 | CUDA_EXL3_BM | force the GEMM row tile BM (16, 32, 64, 128) | unset: planner |
 | CUDA_EXL3_SPLIT | force the split-k factor (1 = no split) | unset: planner |
 | CUDA_EXL3_AUTOTUNE | 1: time candidate plans once per (layer shape, m bucket) outside graph capture | 1 |
