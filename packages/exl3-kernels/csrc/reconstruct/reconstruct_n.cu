@@ -40,7 +40,7 @@ namespace exl3 {
 // Transpose of an 8x8 b16 matrix held in the mma fragment layout across the warp (sm_75+).
 __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
   uint32_t y;
-  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));  // PTX ISA 7.8, CUDA 11.8+
   return y;
 }
 

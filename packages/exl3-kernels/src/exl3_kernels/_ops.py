@@ -127,6 +127,8 @@ def input_transform(x: torch.Tensor, suh: list[torch.Tensor], out_dtype: torch.d
     Raises:
         RuntimeError from the op on shape/dtype/device mismatch (message names the tensor).
     """
+    if out_dtype == torch.float16:  # the default: also works with libraries built before the out_dtype argument
+        return torch.ops.exl3_kernels.input_transform(x, suh)
     return torch.ops.exl3_kernels.input_transform(x, suh, out_dtype)
 
 
