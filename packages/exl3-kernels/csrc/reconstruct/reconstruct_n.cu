@@ -30,6 +30,7 @@
 #include <cuda_fp16.h>
 
 #include "exl3/codebook.cuh"
+#include "exl3/dispatch.cuh"
 #include "exl3/hadamard.cuh"
 #include "exl3/mma.cuh"
 #include "exl3/params.h"
@@ -143,25 +144,9 @@ __device__ __forceinline__ void reconstruct_n_row(const ReconstructParams& p, co
 
 template <int CB, bool kBf16>
 __global__ void __launch_bounds__(256, 2) reconstruct_n_kernel(const __grid_constant__ ReconstructParams p) {
-  const int col0 = p.col_begin + blockIdx.y * 128;
-  int s = 0;
-#pragma unroll
-  for (int i = 1; i < kMaxShards; ++i)
-    if (i < p.num_shards && col0 >= p.shard[i].col_offset) s = i;
-  const GemmShard& sh = p.shard[s];
+  const GemmShard& sh = p.shard[shard_of(p.shard, p.num_shards, p.col_begin + blockIdx.y * 128)];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  switch (sh.K2) {
-#define EXL3_RN_CASE(K2)                                                    \
-  case K2:                                                                  \
-    if constexpr (((kK2Mask >> K2) & 1u) && (K2 % 2 == 0 || CB == kCbMul1)) \
-      reconstruct_n_row<CB, K2, kBf16>(p, sh, lane, warp);                  \
-    break;
-    EXL3_RN_CASE(2) EXL3_RN_CASE(3) EXL3_RN_CASE(4) EXL3_RN_CASE(5)
-    EXL3_RN_CASE(6) EXL3_RN_CASE(7) EXL3_RN_CASE(8) EXL3_RN_CASE(10)
-    EXL3_RN_CASE(12) EXL3_RN_CASE(14) EXL3_RN_CASE(16)
-#undef EXL3_RN_CASE
-    default: break;
-  }
+  dispatch_k2<CB>(sh.K2, [&](auto k2) { reconstruct_n_row<CB, decltype(k2)::value, kBf16>(p, sh, lane, warp); });
 }
 
 template <int CB>
