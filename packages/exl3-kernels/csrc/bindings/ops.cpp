@@ -8,6 +8,7 @@
 #include <torch/library.h>
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <string>
 
 #include "exl3/params.h"
@@ -38,6 +39,22 @@ const float* bias_ptr(const std::optional<Tensor>& bias, int64_t n_total, const 
               b.sizes(), " on ", b.device());
   check_aligned(b, 16, op, "bias");
   return b.data_ptr<float>();
+}
+
+// Programmatic dependent launch for the GEMM and its split-k epilogue (exl3/pdl.cuh) when the caller asks for it
+// (exl3_kernels._ops.gemm reads CUDA_EXL3_PDL, default on) and the device is sm_90+. The launcher also checks that
+// the kernel image itself was compiled for sm_90+ (a PTX build for an older target has no wait in it).
+bool device_has_pdl(const at::Device& device) {
+  static std::atomic<int> cached[64];  // 0 unknown, 1 yes, -1 no
+  const int i = device.index();
+  if (i >= 0 && i < 64) {
+    const int c = cached[i].load(std::memory_order_relaxed);
+    if (c != 0) return c > 0;
+  }
+  int major = 0;
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i), "cudaDeviceGetAttribute");
+  if (i >= 0 && i < 64) cached[i].store(major >= 9 ? 1 : -1, std::memory_order_relaxed);
+  return major >= 9;
 }
 
 int k2_of(const Tensor& trellis, int64_t i) {
@@ -123,7 +140,7 @@ Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::opt
 
 Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh,
             const std::optional<Tensor>& bias, int64_t codebook, int64_t bm, int64_t split, const Tensor& acc,
-            at::ScalarType out_dtype) {
+            at::ScalarType out_dtype, bool pdl) {
   TORCH_CHECK(xh.is_cuda() && xh.dim() == 3 && xh.scalar_type() == at::kHalf && xh.is_contiguous(),
               "exl3_kernels.gemm: xh must be contiguous fp16 [shards, m, k] on CUDA, got ", xh.scalar_type(), " ", xh.sizes());
   TORCH_CHECK(out_dtype == at::kHalf || out_dtype == at::kBFloat16, "exl3_kernels.gemm: out_dtype must be fp16 or bf16, got ", out_dtype);
@@ -157,6 +174,7 @@ Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vec
   Tensor y = at::empty({m, n_total}, xh.options().dtype(out_dtype));
   p.y = y.data_ptr();
   p.y_bf16 = out_dtype == at::kBFloat16;
+  p.pdl = pdl && device_has_pdl(xh.device()) ? 1 : 0;
   if (m > 0)
     check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), static_cast<int>(bm), c10::cuda::getCurrentCUDAStream(xh.device().index()).stream()),
                "gemm launch");
@@ -352,8 +370,10 @@ TORCH_LIBRARY(exl3_kernels, m) {
   // kernel sets every touched element back to zero, so it leaves `acc` exactly as it found it (all
   // zero). It is declared immutable on purpose: marking it Tensor(a!) would make functionalization
   // clone and copy it back around every call under torch.compile.
+  // `pdl`: launch with programmatic dependent launch on sm_90+; the kernel launched just before on the stream (the
+  // input transform in linear.py) must not write the trellis, which the GEMM prefetches before it waits.
   m.def("gemm(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int bm, int split, Tensor acc, "
-        "ScalarType out_dtype) -> Tensor");
+        "ScalarType out_dtype, bool pdl=False) -> Tensor");
   // `acc` as in gemm: read, then re-zeroed (left as the workspace contract wants it), hence immutable.
   m.def("output_transform(Tensor acc, Tensor[] svh, Tensor? bias, int m, ScalarType out_dtype) -> Tensor");
   m.def("reconstruct(Tensor[] trellis, Tensor[] suh, Tensor[] svh, int codebook, int col_begin, int col_end, "

@@ -13,11 +13,13 @@
 
 #include "exl3/hadamard.cuh"
 #include "exl3/params.h"
+#include "exl3/pdl.cuh"
 
 namespace exl3 {
 
 template <bool kBf16, bool kOutBf16>
 __global__ void __launch_bounds__(256) input_transform_kernel(const __grid_constant__ InputTransformParams p) {
+  pdl_launch_dependents();  // the GEMM may start prefetching its trellis (it waits before reading xh)
   const int lane = threadIdx.x & 31;
   const int blocks_k = p.k / 128;
   const int64_t wid = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);

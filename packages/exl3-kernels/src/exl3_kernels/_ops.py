@@ -100,7 +100,7 @@ def _register_fakes() -> None:
         return x.new_empty((len(suh), x.shape[0], x.shape[1]), dtype=out_dtype or torch.float16)
 
     @torch.library.register_fake(lib + "gemm")
-    def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype):
+    def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl=False):
         n_total = sum(t.shape[1] * 16 for t in trellis)
         return xh.new_empty((xh.shape[1], n_total), dtype=out_dtype)
 
@@ -147,8 +147,14 @@ def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor],
         out_dtype: torch.float16 or torch.bfloat16.
     Returns:
         [m, sum n_s] in ``out_dtype``.
+
+    On sm_90+ the GEMM and its split-k epilogue use programmatic dependent launch unless CUDA_EXL3_PDL=0 (read
+    here, at every call; a captured CUDA graph keeps the setting of its capture): the GEMM then prefetches its
+    first trellis stages while the kernel before it on the stream (the input transform) still runs, so that
+    kernel must not write the trellis.
     """
-    return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype)
+    return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype,
+                                       env.get_bool("PDL", True))
 
 
 def output_transform(acc: torch.Tensor, svh: list[torch.Tensor], bias: torch.Tensor | None, m: int,

@@ -489,3 +489,53 @@ def test_input_transform_bf16_out_matches_fp16_out(x_dtype):
         differ = (b[s] != exact).float().mean().item()             # across a rounding midpoint (rare; truncation
         assert differ < 0.01, differ                               # would change about half of them)
         torch.testing.assert_close(b[s].float(), exact.float(), rtol=2.0 ** -7, atol=1e-6)
+
+
+@pytest.mark.parametrize("split", [1, 4])
+def test_programmatic_dependent_launch_changes_nothing(split, monkeypatch):
+    """CUDA_EXL3_PDL=1 (the default on sm_90+: the GEMM prefetches its trellis while the input transform runs, then
+    waits for xh; the split-k epilogue launches early and waits) gives the results of plain launches: bit for bit
+    without split-k, within the run-to-run order of the fp32 atomics with it. Every run gets new activations, so a
+    GEMM reading xh before the input transform wrote it would see a previous run's values (freed blocks are
+    poisoned with NaN in between); the captured graph is replayed on several new inputs."""
+    cb = "mcg" if compiled(1, 8) else "mul1"
+    trellis, suh, svh, bias = random_layer(4096, [2048, 1024, 1024], [8, 8, 8], seed=41, bias=True)
+    close = dict(rtol=0, atol=0) if split == 1 else dict(rtol=2.0 ** -7, atol=1e-5)
+
+    def run(x):
+        return _gemm(x, trellis, suh, svh, bias, CBS[cb], 16, split, torch.bfloat16)
+
+    def poison():  # the next xh gets the block this NaN tensor of xh's size leaves free: a stale read shows up
+        junk = torch.full((3, 16, 4096), float("nan"), device="cuda", dtype=torch.float16)
+        del junk
+
+    for i in range(3):
+        x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+        monkeypatch.setenv("CUDA_EXL3_PDL", "0")
+        ref = run(x)
+        poison()
+        monkeypatch.setenv("CUDA_EXL3_PDL", "1")
+        got = run(x)
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, ref, **close)
+    _acc_is_zero()
+    monkeypatch.setenv("CUDA_EXL3_PDL", "1")
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        run(x)
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        out = run(x)
+    for i in range(3):
+        x.copy_(torch.randn_like(x))
+        g.replay()
+        monkeypatch.setenv("CUDA_EXL3_PDL", "0")
+        torch.testing.assert_close(out, run(x), **close)
+        monkeypatch.setenv("CUDA_EXL3_PDL", "1")
+    _acc_is_zero()
+    monkeypatch.setenv("CUDA_EXL3_PDL", "maybe")
+    with pytest.raises(ValueError, match="CUDA_EXL3_PDL"):
+        run(x)

@@ -37,6 +37,7 @@ struct GemmParams {
   float* acc;         // [m, n_total] fp32 split-k accumulator; all zero on entry and on exit
   int split;          // number of k slices (gridDim.z); 1 = epilogue in the GEMM kernel
   int k16_per_split;  // trellis tile rows per slice, a multiple of kBK / 16
+  int pdl;            // 1: launch the GEMM and the split-k epilogue with programmatic dependent launch (sm_90+)
 };
 
 struct ReconstructParams {
