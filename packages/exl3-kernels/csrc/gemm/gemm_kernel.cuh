@@ -278,16 +278,27 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   }
 }
 
-// Minimum resident blocks per SM requested from ptxas (caps registers at 65536 / (256 * n)): decode
-// latency is hidden by warps, so the small tiers trade a few registers for occupancy.
-// EXL3_GEMM_MIN_BLOCKS_BM16 overrides the BM = 16 value for A/B builds (3: up to 85 registers, 24 instead of 32
-// warps per SM; the instruction count of the loop is the same at 3 and 4 since the addresses are pinned).
+// Minimum resident blocks per SM requested from ptxas (caps registers at 65536 / (256 * n)): the decode is
+// latency-bound and hidden by warps, so every tier trades registers for occupancy as far as it goes without
+// spills (sm_90, all K bodies of a kernel): BM16 4 blocks (<= 64 registers), BM32 4 (64), BM64 3 (80; 102-111
+// at 2), BM128 2 (124; its 64 accumulator registers leave no room for 3). Same k-loop instruction count at
+// either setting (SASS of mcg K = 4). At m = 1, where the MMA work is the same for every tier, the op took
+// 22.3 / 23.1 / 27.8 / 41.0 us with BM16 / 32 / 64 / 128 at 4 / 3 / 2 / 2 blocks per SM (4096x11008, K = 4,
+// profiles/breakdown-ab-B-bc3eef7.txt): occupancy, not MMA, separates the tiers.
+// EXL3_GEMM_MIN_BLOCKS_BM{16,32,64} override the values for A/B builds; plan.BLOCKS_PER_SM must match.
 #ifndef EXL3_GEMM_MIN_BLOCKS_BM16
 #define EXL3_GEMM_MIN_BLOCKS_BM16 4
 #endif
+#ifndef EXL3_GEMM_MIN_BLOCKS_BM32
+#define EXL3_GEMM_MIN_BLOCKS_BM32 4
+#endif
+#ifndef EXL3_GEMM_MIN_BLOCKS_BM64
+#define EXL3_GEMM_MIN_BLOCKS_BM64 3
+#endif
 template <int BM>
 struct GemmOccupancy {
-  static constexpr int kMinBlocks = BM <= 16 ? EXL3_GEMM_MIN_BLOCKS_BM16 : (BM <= 32 ? 3 : 2);
+  static constexpr int kMinBlocks = BM <= 16 ? EXL3_GEMM_MIN_BLOCKS_BM16
+                                    : (BM <= 32 ? EXL3_GEMM_MIN_BLOCKS_BM32 : (BM <= 64 ? EXL3_GEMM_MIN_BLOCKS_BM64 : 2));
 };
 
 template <int CB, int BM>
