@@ -124,3 +124,17 @@ def test_autotune_retimes_close_candidates_and_picks_the_fastest_finalist(monkey
     assert t["first"] == {str(p): 1000.0 * v for p, v in first.items()}
     assert t["finalists"] == {str(p): 1000.0 * v for p, v in second.items()}
     autotune.clear()
+
+
+def test_blocks_per_sm_matches_the_kernel_launch_bounds():
+    """plan.BLOCKS_PER_SM is the cost model's copy of the kernel's __launch_bounds__ minimum blocks per SM
+    (GemmOccupancy in csrc/gemm/gemm_kernel.cuh): the two must not drift apart."""
+    import re
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[1] / "csrc" / "gemm" / "gemm_kernel.cuh").read_text()
+    defaults = {int(bm): int(v) for bm, v in re.findall(r"#define EXL3_GEMM_MIN_BLOCKS_BM(\d+) (\d+)", src)}
+    assert set(defaults) == {16, 32, 64}
+    for bm, v in defaults.items():
+        assert BLOCKS_PER_SM[bm] == v, (bm, BLOCKS_PER_SM[bm], v)
+    assert re.search(r"BM <= 64 \? EXL3_GEMM_MIN_BLOCKS_BM64 : 2\)", src) and BLOCKS_PER_SM[128] == 2
