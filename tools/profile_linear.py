@@ -6,11 +6,16 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 import torch
 
+# The breakdown times each kernel back to back with itself; programmatic dependent launch would overlap one GEMM's
+# prologue with the previous one's tail, which no real layer does (an input transform sits between): off here
+# unless asked for.
+os.environ.setdefault("CUDA_EXL3_PDL", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from timing import copies_for, graph_time_us  # noqa: E402
 
@@ -50,6 +55,8 @@ def main():
                 _ops.reconstruct(Ls[0].trellis, Ls[0].suh, Ls[0].svh, a.cb, dtype=x.dtype)
                 if hasattr(torch.ops.exl3_kernels, "reconstruct_t_out"):
                     _ops.reconstruct_t(Ls[0].trellis, Ls[0].svh, a.cb)
+                if hasattr(torch.ops.exl3_kernels, "reconstruct_n_out"):
+                    _ops.reconstruct_n(Ls[0].trellis, Ls[0].svh, a.cb, dtype=x.dtype)
             torch.cuda.synchronize()
             continue
         xh = _ops.input_transform(x, Ls[0].suh)
@@ -68,6 +75,14 @@ def main():
             rows.append(f"  reconstruct {t_rc:.1f} us (no transform: {t_rc0:.1f} us; transposed, reconstruct_t: {t_rt:.1f} us)")
         else:
             rows.append(f"  reconstruct {t_rc:.1f} us (no transform: {t_rc0:.1f} us)")
+        if hasattr(torch.ops.exl3_kernels, "reconstruct_n_out"):  # the output transform folded into W
+            t_rn = graph_time_us([lambda L=L: _ops.reconstruct_n(L.trellis, L.svh, a.cb, dtype=x.dtype) for L in Ls])
+            xb = _ops.input_transform(x, Ls[0].suh, x.dtype)[0]
+            wn = _ops.reconstruct_n(Ls[0].trellis, Ls[0].svh, a.cb, dtype=x.dtype)
+            t_in_x = graph_time_us([lambda L=L: _ops.input_transform(x, L.suh, x.dtype) for L in Ls])
+            t_mm = graph_time_us([lambda: torch.mm(xb, wn)])
+            rows.append(f"  reconstruct_n {t_rn:.1f} us; input transform in x's dtype {t_in_x:.1f} us; "
+                        f"cuBLAS xh @ W_n ({x.dtype}) {t_mm:.1f} us (warm)")
         # cuBLAS fp16 x fp16 -> fp32 as the reconstruct_act path calls it, with Ŵ as [k, n] ("NN") or as the
         # transpose view of Ŵ^T [n, k] ("TN"), each into the split-k workspace
         if m * a.n <= workspace.splitk_capacity():

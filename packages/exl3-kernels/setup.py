@@ -119,7 +119,8 @@ def extensions():
 
     gen_sources, mask = generate()
     sources = ["csrc/bindings/ops.cpp", "csrc/gemm/launch.cu", "csrc/transform/input.cu",
-               "csrc/reconstruct/reconstruct.cu", "csrc/reconstruct/reconstruct_t.cu", *gen_sources]
+               "csrc/reconstruct/reconstruct.cu", "csrc/reconstruct/reconstruct_t.cu",
+               "csrc/reconstruct/reconstruct_n.cu", *gen_sources]
     nvcc = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo", f"-DEXL3_K2_MASK={mask:#x}u",
             *_gencode_flags()]
     if _env("CUDA_EXL3_PTXAS_VERBOSE") == "1":

@@ -66,14 +66,14 @@ def test_reconstruct_paths_offered_from_m_64():
     shape = SHAPES[0]
     for m, offered in ((1, False), (63, False), (64, True), (4096, True)):
         paths = {c.path for c in candidates(shape, m, 132, ACC)}
-        assert ({"reconstruct", "reconstruct_act"} <= paths) == offered, (m, paths)
+        assert ({"reconstruct", "reconstruct_act", "reconstruct_n"} <= paths) == offered, (m, paths)
     assert str(Plan("reconstruct_act")) == "reconstruct_act" and str(Plan("gemm", 64, 4)) == "gemm(bm=64,split=4)"
 
 
 def test_path_pin_accepts_the_three_paths(monkeypatch):
     from exl3_kernels import autotune
 
-    for path in ("gemm", "reconstruct", "reconstruct_act"):
+    for path in ("gemm", "reconstruct", "reconstruct_act", "reconstruct_n"):
         monkeypatch.setenv("CUDA_EXL3_PATH", path)
         assert autotune._apply_pins(Plan("gemm", 16, 2)).path == path
     monkeypatch.setenv("CUDA_EXL3_PATH", "dense")
@@ -124,3 +124,17 @@ def test_autotune_retimes_close_candidates_and_picks_the_fastest_finalist(monkey
     assert t["first"] == {str(p): 1000.0 * v for p, v in first.items()}
     assert t["finalists"] == {str(p): 1000.0 * v for p, v in second.items()}
     autotune.clear()
+
+
+def test_blocks_per_sm_matches_the_kernel_launch_bounds():
+    """plan.BLOCKS_PER_SM is the cost model's copy of the kernel's __launch_bounds__ minimum blocks per SM
+    (GemmOccupancy in csrc/gemm/gemm_kernel.cuh): the two must not drift apart."""
+    import re
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[1] / "csrc" / "gemm" / "gemm_kernel.cuh").read_text()
+    defaults = {int(bm): int(v) for bm, v in re.findall(r"#define EXL3_GEMM_MIN_BLOCKS_BM(\d+) (\d+)", src)}
+    assert set(defaults) == {16, 32, 64}
+    for bm, v in defaults.items():
+        assert BLOCKS_PER_SM[bm] == v, (bm, BLOCKS_PER_SM[bm], v)
+    assert re.search(r"BM <= 64 \? EXL3_GEMM_MIN_BLOCKS_BM64 : 2\)", src) and BLOCKS_PER_SM[128] == 2

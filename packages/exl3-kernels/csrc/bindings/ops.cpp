@@ -8,6 +8,7 @@
 #include <torch/library.h>
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <string>
 
 #include "exl3/params.h"
@@ -38,6 +39,22 @@ const float* bias_ptr(const std::optional<Tensor>& bias, int64_t n_total, const 
               b.sizes(), " on ", b.device());
   check_aligned(b, 16, op, "bias");
   return b.data_ptr<float>();
+}
+
+// Programmatic dependent launch for the GEMM and its split-k epilogue (exl3/pdl.cuh) when the caller asks for it
+// (exl3_kernels._ops.gemm reads CUDA_EXL3_PDL, default on) and the device is sm_90+. The launcher also checks that
+// the kernel image itself was compiled for sm_90+ (a PTX build for an older target has no wait in it).
+bool device_has_pdl(const at::Device& device) {
+  static std::atomic<int> cached[64];  // 0 unknown, 1 yes, -1 no
+  const int i = device.index();
+  if (i >= 0 && i < 64) {
+    const int c = cached[i].load(std::memory_order_relaxed);
+    if (c != 0) return c > 0;
+  }
+  int major = 0;
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i), "cudaDeviceGetAttribute");
+  if (i >= 0 && i < 64) cached[i].store(major >= 9 ? 1 : -1, std::memory_order_relaxed);
+  return major >= 9;
 }
 
 int k2_of(const Tensor& trellis, int64_t i) {
@@ -86,7 +103,7 @@ int fill_shards(exl3::GemmShard* sh, const std::vector<Tensor>& trellis, const s
   return col;
 }
 
-Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh) {
+Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::optional<at::ScalarType> out_dtype) {
   TORCH_CHECK(x.is_cuda() && x.dim() == 2, "exl3_kernels.input_transform: x must be a 2-D CUDA tensor, got ", x.sizes(), " on ", x.device());
   TORCH_CHECK(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16,
               "exl3_kernels.input_transform: x must be fp16 or bf16, got ", x.scalar_type());
@@ -111,7 +128,11 @@ Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh) {
     check_aligned(s, 8, "input_transform", "suh", i);  // read 4 values at a time
     p.suh[i] = reinterpret_cast<const uint16_t*>(s.data_ptr());
   }
-  Tensor xh = at::empty({S, m, k}, x.options().dtype(at::kHalf));
+  const at::ScalarType xh_dtype = out_dtype.value_or(at::kHalf);
+  TORCH_CHECK(xh_dtype == at::kHalf || xh_dtype == at::kBFloat16,
+              "exl3_kernels.input_transform: out_dtype must be fp16 or bf16, got ", xh_dtype);
+  p.xh_bf16 = xh_dtype == at::kBFloat16;
+  Tensor xh = at::empty({S, m, k}, x.options().dtype(xh_dtype));
   p.xh = reinterpret_cast<uint16_t*>(xh.data_ptr());
   if (m > 0) check_cuda(exl3::launch_input_transform(p, c10::cuda::getCurrentCUDAStream(x.device().index()).stream()), "input_transform launch");
   return xh;
@@ -119,7 +140,7 @@ Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh) {
 
 Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh,
             const std::optional<Tensor>& bias, int64_t codebook, int64_t bm, int64_t split, const Tensor& acc,
-            at::ScalarType out_dtype) {
+            at::ScalarType out_dtype, bool pdl) {
   TORCH_CHECK(xh.is_cuda() && xh.dim() == 3 && xh.scalar_type() == at::kHalf && xh.is_contiguous(),
               "exl3_kernels.gemm: xh must be contiguous fp16 [shards, m, k] on CUDA, got ", xh.scalar_type(), " ", xh.sizes());
   TORCH_CHECK(out_dtype == at::kHalf || out_dtype == at::kBFloat16, "exl3_kernels.gemm: out_dtype must be fp16 or bf16, got ", out_dtype);
@@ -153,6 +174,7 @@ Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vec
   Tensor y = at::empty({m, n_total}, xh.options().dtype(out_dtype));
   p.y = y.data_ptr();
   p.y_bf16 = out_dtype == at::kBFloat16;
+  p.pdl = pdl && device_has_pdl(xh.device()) ? 1 : 0;
   if (m > 0)
     check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), static_cast<int>(bm), c10::cuda::getCurrentCUDAStream(xh.device().index()).stream()),
                "gemm launch");
@@ -288,6 +310,38 @@ void reconstruct_t_out(Tensor& out, const std::vector<Tensor>& trellis, const st
              "reconstruct_t launch");
 }
 
+// W_n[:, col_begin:col_end] = Ŵ H_n diag(svh) / sqrt(128) as fp16 or bf16 [k, col_end - col_begin] into `out`:
+// the weight of the reconstruct_n path (output transform folded in; the input transform stays on the activations).
+void reconstruct_n_out(Tensor& out, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh, int64_t codebook,
+                       int64_t col_begin, int64_t col_end) {
+  TORCH_CHECK(!trellis.empty() && trellis[0].dim() == 3, "exl3_kernels.reconstruct_n_out: no (3-D) trellis tensors");
+  const Tensor& ref = trellis[0];
+  TORCH_CHECK(ref.is_cuda(), "exl3_kernels.reconstruct_n_out: tensors must be on CUDA, got ", ref.device());
+  const int64_t k = ref.size(0) * 16;
+  TORCH_CHECK(k % 128 == 0, "exl3_kernels.reconstruct_n_out: k = ", k, " (trellis[0] has ", ref.size(0),
+              " tile rows) is not a multiple of 128");
+  c10::cuda::CUDAGuard guard(ref.device());
+  exl3::ReconstructParams p{};
+  const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, ref);
+  TORCH_CHECK(col_begin >= 0 && col_begin <= col_end && col_end <= n_total && col_begin % 128 == 0 && col_end % 128 == 0,
+              "exl3_kernels.reconstruct_n_out: column range [", col_begin, ", ", col_end, ") must be 128-aligned inside [0, ",
+              n_total, "]");
+  const at::ScalarType dtype = out.scalar_type();
+  TORCH_CHECK((dtype == at::kHalf || dtype == at::kBFloat16) && out.is_contiguous() && out.dim() == 2 && out.size(0) == k &&
+                  out.size(1) == col_end - col_begin && out.device() == ref.device(),
+              "exl3_kernels.reconstruct_n_out: out must be contiguous fp16/bf16 [", k, ", ", col_end - col_begin, "] on ",
+              ref.device(), ", got ", out.scalar_type(), " ", out.sizes(), " on ", out.device());
+  check_aligned(out, 8, "reconstruct_n_out", "out");  // 8-byte stores (4 columns)
+  p.num_shards = static_cast<int>(trellis.size());
+  p.k = static_cast<int>(k);
+  p.col_begin = static_cast<int>(col_begin);
+  p.col_end = static_cast<int>(col_end);
+  p.w = out.data_ptr();
+  p.w_bf16 = dtype == at::kBFloat16;
+  check_cuda(exl3::launch_reconstruct_n(p, static_cast<int>(codebook), c10::cuda::getCurrentCUDAStream(ref.device().index()).stream()),
+             "reconstruct_n launch");
+}
+
 void decode_lut(Tensor& out, int64_t codebook) {
   TORCH_CHECK(out.is_cuda() && out.scalar_type() == at::kHalf && out.is_contiguous() && out.numel() == 65536,
               "exl3_kernels.decode_lut: out must be contiguous fp16 [65536] on CUDA, got ", out.scalar_type(), " ", out.sizes());
@@ -311,19 +365,22 @@ std::vector<int64_t> built_instances() {
 }  // namespace
 
 TORCH_LIBRARY(exl3_kernels, m) {
-  m.def("input_transform(Tensor x, Tensor[] suh) -> Tensor");
+  m.def("input_transform(Tensor x, Tensor[] suh, ScalarType? out_dtype=None) -> Tensor");
   // `acc` is the process-wide split-k accumulator. The op adds partial sums into it and its epilogue
   // kernel sets every touched element back to zero, so it leaves `acc` exactly as it found it (all
   // zero). It is declared immutable on purpose: marking it Tensor(a!) would make functionalization
   // clone and copy it back around every call under torch.compile.
+  // `pdl`: launch with programmatic dependent launch on sm_90+; the kernel launched just before on the stream (the
+  // input transform in linear.py) must not write the trellis, which the GEMM prefetches before it waits.
   m.def("gemm(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int bm, int split, Tensor acc, "
-        "ScalarType out_dtype) -> Tensor");
+        "ScalarType out_dtype, bool pdl=False) -> Tensor");
   // `acc` as in gemm: read, then re-zeroed (left as the workspace contract wants it), hence immutable.
   m.def("output_transform(Tensor acc, Tensor[] svh, Tensor? bias, int m, ScalarType out_dtype) -> Tensor");
   m.def("reconstruct(Tensor[] trellis, Tensor[] suh, Tensor[] svh, int codebook, int col_begin, int col_end, "
         "ScalarType dtype, bool transform) -> Tensor");
   m.def("reconstruct_out(Tensor(a!) out, Tensor[] trellis, Tensor[] suh, Tensor[] svh, int codebook, int col_begin, "
         "int col_end, bool transform) -> ()");
+  m.def("reconstruct_n_out(Tensor(a!) out, Tensor[] trellis, Tensor[] svh, int codebook, int col_begin, int col_end) -> ()");
   m.def("reconstruct_t_out(Tensor(a!) out, Tensor[] trellis, Tensor[] svh, int codebook, int col_begin, int col_end) -> ()");
   m.def("decode_lut(Tensor(a!) out, int codebook) -> ()");
   m.def("compiled_k2_mask() -> int", &compiled_k2_mask);
@@ -337,5 +394,6 @@ TORCH_LIBRARY_IMPL(exl3_kernels, CUDA, m) {
   m.impl("reconstruct", &reconstruct);
   m.impl("reconstruct_out", &reconstruct_out);
   m.impl("reconstruct_t_out", &reconstruct_t_out);
+  m.impl("reconstruct_n_out", &reconstruct_n_out);
   m.impl("decode_lut", &decode_lut);
 }

@@ -37,6 +37,7 @@
 #include "exl3/hadamard.cuh"
 #include "exl3/mma.cuh"
 #include "exl3/params.h"
+#include "exl3/pdl.cuh"
 #include "exl3/store.cuh"
 #include "exl3/trellis.cuh"
 
@@ -147,20 +148,26 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   const int64_t b_stage_step = (int64_t)(kBK / 16) * tiles_n * kTileWords;  // words per stage
 
   // Issue the copies of the next stage into the buffer at byte offsets (a_buf, b_buf) and advance the sources.
-  auto load_stage = [&](uint32_t a_buf, uint32_t b_buf) __attribute__((always_inline)) {
+  auto load_a = [&](uint32_t a_buf) __attribute__((always_inline)) {
     static_for<kAPer>([&](auto j_c) {
       constexpr int j = decltype(j_c)::value;
       const int r = a_row + j * (kThreads / 8);
       if (kAChunks % kThreads == 0 || r < BM)  // threads past the last chunk copy nothing
         cp_async16_at<j * (kThreads / 8) * kBK * 2>(a_dst0 + a_buf, a_ptr + a_off[j], a_size[j]);
     });
+    a_ptr += kBK;
+  };
+  auto load_b = [&](uint32_t b_buf) __attribute__((always_inline)) {
     static_for<kBPer>([&](auto j_c) {
       constexpr int j = decltype(j_c)::value;
       if (kBChunks % kThreads == 0 || tid + j * kThreads < kBChunks)
         cp_async16_at<j * kThreads * 16>(b_dst0 + b_buf, b_ptr + b_src_off[j]);
     });
-    a_ptr += kBK;
     b_ptr += b_stage_step;
+  };
+  auto load_stage = [&](uint32_t a_buf, uint32_t b_buf) __attribute__((always_inline)) {
+    load_a(a_buf);
+    load_b(b_buf);
   };
 
   const DecodeConsts dk = DecodeConsts::make();
@@ -172,10 +179,18 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[mb][h][i] = 0.f;
 
-  // Prologue: fill kStages - 1 stages (buffers 0 .. kStages - 2).
+  // Prologue: fill kStages - 1 stages (buffers 0 .. kStages - 2). The trellis stages go first: no earlier kernel
+  // writes them, so under programmatic dependent launch (pdl.cuh) they are fetched while the input transform
+  // is still producing xh; then wait for it, then the xh stages. The first commit group holds all prologue
+  // trellis stages and xh stage 0, group s > 0 holds xh stage s, so waiting for group s still means stage s is in.
+  // Contract (ops.cpp, gemm): the kernel launched just before on the stream must not write the trellis.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s)
+    if (s < num_stages) load_b(s * kBStage);
+  pdl_wait();
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_stages) load_stage(s * kAStage, s * kBStage);
+    if (s < num_stages) load_a(s * kAStage);
     cp_async_commit();
   }
 
@@ -230,6 +245,7 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   }
   cp_async_wait<0>();
   __syncthreads();
+  pdl_launch_dependents();  // the split-k epilogue (if any) may launch now; it waits for this grid to finish
 
   // Stage accumulators as fp32 [BM][kEpiStride] (reuses the pipeline buffers).
   float* epi = reinterpret_cast<float*>(smem);
@@ -262,16 +278,28 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   }
 }
 
-// Minimum resident blocks per SM requested from ptxas (caps registers at 65536 / (256 * n)): decode
-// latency is hidden by warps, so the small tiers trade a few registers for occupancy.
-// EXL3_GEMM_MIN_BLOCKS_BM16 overrides the BM = 16 value for A/B builds (3: up to 85 registers, 24 instead of 32
-// warps per SM; the instruction count of the loop is the same at 3 and 4 since the addresses are pinned).
+// Minimum resident blocks per SM requested from ptxas (caps registers at 65536 / (256 * n)): the decode is
+// latency-bound and hidden by warps, so every tier trades registers for occupancy as far as it goes without
+// spills (sm_90, all K bodies of a kernel): BM16 5 blocks (<= 48 registers; one 4-byte spill in one K body of
+// the mcg kernel, none in any single-K build), BM32 4 (64), BM64 3 (80; 102-111 at 2), BM128 2 (124; its 64
+// accumulator registers leave no room for 3). The k loop gains 0-8 instructions (SASS of mcg K = 4).
+// Measured (4096x11008, K = 4, same H200 call, docs/kernels.md "Occupancy"): BM16 4 -> 5 blocks 22.3 -> 21.6 us
+// at m = 1 and 23.4 -> 22.6 us at m = 16; BM64 2 -> 3 blocks 35.8 -> 34.8 us at m = 64; BM32 3 -> 4 within
+// +-1 us either way.
+// EXL3_GEMM_MIN_BLOCKS_BM{16,32,64} override the values for A/B builds; plan.BLOCKS_PER_SM must match.
 #ifndef EXL3_GEMM_MIN_BLOCKS_BM16
-#define EXL3_GEMM_MIN_BLOCKS_BM16 4
+#define EXL3_GEMM_MIN_BLOCKS_BM16 5
+#endif
+#ifndef EXL3_GEMM_MIN_BLOCKS_BM32
+#define EXL3_GEMM_MIN_BLOCKS_BM32 4
+#endif
+#ifndef EXL3_GEMM_MIN_BLOCKS_BM64
+#define EXL3_GEMM_MIN_BLOCKS_BM64 3
 #endif
 template <int BM>
 struct GemmOccupancy {
-  static constexpr int kMinBlocks = BM <= 16 ? EXL3_GEMM_MIN_BLOCKS_BM16 : (BM <= 32 ? 3 : 2);
+  static constexpr int kMinBlocks = BM <= 16 ? EXL3_GEMM_MIN_BLOCKS_BM16
+                                    : (BM <= 32 ? EXL3_GEMM_MIN_BLOCKS_BM32 : (BM <= 64 ? EXL3_GEMM_MIN_BLOCKS_BM64 : 2));
 };
 
 template <int CB, int BM>
@@ -315,8 +343,8 @@ cudaError_t launch_gemm_instance(const GemmParams& p, cudaStream_t stream) {
     if (dev < 32) attr_set_mask |= 1u << dev;
   }
   dim3 grid(p.n_total / 128, (p.m + BM - 1) / BM, p.split);
-  gemm_kernel<CB, BM><<<grid, kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  static const bool image_pdl = kernel_has_pdl(gemm_kernel<CB, BM>);  // thread-safe static init
+  return launch_maybe_pdl(gemm_kernel<CB, BM>, grid, dim3(kThreads), smem, stream, p.pdl != 0 && image_pdl, p);
 }
 
 }  // namespace exl3

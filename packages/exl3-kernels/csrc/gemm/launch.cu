@@ -10,6 +10,7 @@
 namespace exl3 {
 
 __global__ void __launch_bounds__(256) splitk_epilogue_kernel(const __grid_constant__ GemmParams p) {
+  pdl_wait();  // with PDL (after the GEMM only): the accumulator is complete once the GEMM grid has finished
   const int lane = threadIdx.x & 31;
   const int blocks_n = p.n_total / 128;
   const int64_t wid = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
@@ -55,8 +56,8 @@ cudaError_t launch_output_transform(const GemmParams& p, cudaStream_t stream) {
   const int64_t warps = (int64_t)p.m * (p.n_total / 128);
   if (warps == 0) return cudaSuccess;
   const int blocks = (int)((warps + 7) / 8);
-  splitk_epilogue_kernel<<<blocks, 256, 0, stream>>>(p);
-  return cudaGetLastError();
+  static const bool image_pdl = kernel_has_pdl(splitk_epilogue_kernel);
+  return launch_maybe_pdl(splitk_epilogue_kernel, dim3(blocks), dim3(256), 0, stream, p.pdl != 0 && image_pdl, p);
 }
 
 }  // namespace exl3

@@ -1,4 +1,6 @@
-// Input transform: xh[s] = fp16( had128(x * suh[s]) ) for every shard s of a fused layer, one launch.
+// Input transform: xh[s] = round( had128(x * suh[s]) ) for every shard s of a fused layer, one launch; xh is
+// fp16 (the GEMM's and reconstruct_act's A operand) or bf16 (the reconstruct_n path with bf16 activations, whose
+// cuBLAS call then writes bf16 directly).
 //
 // One warp per (row, 128-column block): lane l loads x[row, 128b + 4l .. +3] once (fp16 or bf16,
 // 8 bytes), then for each shard multiplies by that shard's suh in fp32, runs the 128-point FWHT
@@ -11,11 +13,13 @@
 
 #include "exl3/hadamard.cuh"
 #include "exl3/params.h"
+#include "exl3/pdl.cuh"
 
 namespace exl3 {
 
-template <bool kBf16>
+template <bool kBf16, bool kOutBf16>
 __global__ void __launch_bounds__(256) input_transform_kernel(const __grid_constant__ InputTransformParams p) {
+  pdl_launch_dependents();  // the GEMM may start prefetching its trellis (it waits before reading xh)
   const int lane = threadIdx.x & 31;
   const int blocks_k = p.k / 128;
   const int64_t wid = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
@@ -40,11 +44,18 @@ __global__ void __launch_bounds__(256) input_transform_kernel(const __grid_const
     const float2 s23 = __half22float2(*reinterpret_cast<const __half2*>(&su.y));
     float v[4] = {xv[0] * s01.x, xv[1] * s01.y, xv[2] * s23.x, xv[3] * s23.y};
     fwht128_lane4(v, lane);
-    __half2 o0 = __floats2half2_rn(v[0] * kRsqrt128, v[1] * kRsqrt128);
-    __half2 o1 = __floats2half2_rn(v[2] * kRsqrt128, v[3] * kRsqrt128);
     uint2 u;
-    u.x = *reinterpret_cast<uint32_t*>(&o0);
-    u.y = *reinterpret_cast<uint32_t*>(&o1);
+    if constexpr (kOutBf16) {
+      __nv_bfloat162 o0 = __floats2bfloat162_rn(v[0] * kRsqrt128, v[1] * kRsqrt128);
+      __nv_bfloat162 o1 = __floats2bfloat162_rn(v[2] * kRsqrt128, v[3] * kRsqrt128);
+      u.x = *reinterpret_cast<uint32_t*>(&o0);
+      u.y = *reinterpret_cast<uint32_t*>(&o1);
+    } else {
+      __half2 o0 = __floats2half2_rn(v[0] * kRsqrt128, v[1] * kRsqrt128);
+      __half2 o1 = __floats2half2_rn(v[2] * kRsqrt128, v[3] * kRsqrt128);
+      u.x = *reinterpret_cast<uint32_t*>(&o0);
+      u.y = *reinterpret_cast<uint32_t*>(&o1);
+    }
     *reinterpret_cast<uint2*>(p.xh + ((int64_t)s * p.m + row) * p.k + col) = u;
   }
 }
@@ -53,10 +64,14 @@ cudaError_t launch_input_transform(const InputTransformParams& p, cudaStream_t s
   const int64_t warps = (int64_t)p.m * (p.k / 128);
   if (warps == 0) return cudaSuccess;
   const int blocks = (int)((warps + 7) / 8);
-  if (p.x_bf16)
-    input_transform_kernel<true><<<blocks, 256, 0, stream>>>(p);
+  if (p.x_bf16 && p.xh_bf16)
+    input_transform_kernel<true, true><<<blocks, 256, 0, stream>>>(p);
+  else if (p.x_bf16)
+    input_transform_kernel<true, false><<<blocks, 256, 0, stream>>>(p);
+  else if (p.xh_bf16)
+    input_transform_kernel<false, true><<<blocks, 256, 0, stream>>>(p);
   else
-    input_transform_kernel<false><<<blocks, 256, 0, stream>>>(p);
+    input_transform_kernel<false, false><<<blocks, 256, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

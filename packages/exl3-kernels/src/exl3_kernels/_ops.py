@@ -96,11 +96,11 @@ def _register_fakes() -> None:
     lib = "exl3_kernels::"
 
     @torch.library.register_fake(lib + "input_transform")
-    def _(x, suh):
-        return x.new_empty((len(suh), x.shape[0], x.shape[1]), dtype=torch.float16)
+    def _(x, suh, out_dtype=None):
+        return x.new_empty((len(suh), x.shape[0], x.shape[1]), dtype=out_dtype or torch.float16)
 
     @torch.library.register_fake(lib + "gemm")
-    def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype):
+    def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl=False):
         n_total = sum(t.shape[1] * 16 for t in trellis)
         return xh.new_empty((xh.shape[1], n_total), dtype=out_dtype)
 
@@ -115,18 +115,21 @@ def _register_fakes() -> None:
         return trellis[0].new_empty((trellis[0].shape[0] * 16, end - col_begin), dtype=dtype)
 
 
-def input_transform(x: torch.Tensor, suh: list[torch.Tensor]) -> torch.Tensor:
-    """xh[s] = fp16(had128(x * suh[s])) for each shard s, one launch.
+def input_transform(x: torch.Tensor, suh: list[torch.Tensor], out_dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    """xh[s] = round(had128(x * suh[s]) / sqrt(128)) for each shard s, one launch (fp32 inside, one rounding).
 
     Args:
         x: [m, k] fp16/bf16 CUDA, unit column stride, k % 128 == 0.
         suh: per shard, fp16 [k].
+        out_dtype: torch.float16 (the GEMM's operand) or torch.bfloat16 (the reconstruct_n path with bf16 x).
     Returns:
-        fp16 [len(suh), m, k].
+        [len(suh), m, k] in ``out_dtype``.
     Raises:
         RuntimeError from the op on shape/dtype/device mismatch (message names the tensor).
     """
-    return torch.ops.exl3_kernels.input_transform(x, suh)
+    if out_dtype == torch.float16:  # the default: also works with libraries built before the out_dtype argument
+        return torch.ops.exl3_kernels.input_transform(x, suh)
+    return torch.ops.exl3_kernels.input_transform(x, suh, out_dtype)
 
 
 def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], bias: torch.Tensor | None,
@@ -144,8 +147,14 @@ def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor],
         out_dtype: torch.float16 or torch.bfloat16.
     Returns:
         [m, sum n_s] in ``out_dtype``.
+
+    On sm_90+ the GEMM and its split-k epilogue use programmatic dependent launch unless CUDA_EXL3_PDL=0 (read
+    here, at every call; a captured CUDA graph keeps the setting of its capture): the GEMM then prefetches its
+    first trellis stages while the kernel before it on the stream (the input transform) still runs, so that
+    kernel must not write the trellis.
     """
-    return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype)
+    return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype,
+                                       env.get_bool("PDL", True))
 
 
 def output_transform(acc: torch.Tensor, svh: list[torch.Tensor], bias: torch.Tensor | None, m: int,
@@ -195,6 +204,24 @@ def reconstruct_t(trellis: list[torch.Tensor], svh: list[torch.Tensor], codebook
     end = n_total if col_end < 0 else col_end
     out = torch.empty(end - col_begin, trellis[0].shape[0] * 16, dtype=torch.float16, device=trellis[0].device)
     torch.ops.exl3_kernels.reconstruct_t_out(out, trellis, svh, codebook, col_begin, end)
+    return out
+
+
+def reconstruct_n(trellis: list[torch.Tensor], svh: list[torch.Tensor], codebook: int, col_begin: int = 0,
+                  col_end: int = -1, dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    """W_n[:, col_begin:col_end] = Ŵ H_n diag(svh) / sqrt(128): the output transform folded into the weight.
+
+    [k, col_end - col_begin] in ``dtype`` (fp16 or bf16; fp32 inside, one rounding). With
+    xh = :func:`input_transform` (x, suh), ``xh @ W_n`` is the layer (per shard; docs/kernels.md,
+    reconstruct_n). Columns are absolute in the fused layer and must be 128-aligned.
+
+    Raises:
+        RuntimeError naming the tensor on shape/dtype/device/alignment mismatch.
+    """
+    n_total = sum(t.shape[1] * 16 for t in trellis)
+    end = n_total if col_end < 0 else col_end
+    out = torch.empty(trellis[0].shape[0] * 16, end - col_begin, dtype=dtype, device=trellis[0].device)
+    torch.ops.exl3_kernels.reconstruct_n_out(out, trellis, svh, codebook, col_begin, end)
     return out
 
 

@@ -33,6 +33,7 @@ from .plan import BM_TIERS, LayerShape, Plan, candidates, cost_model, m_bucket
 _cache: dict[tuple, Plan] = {}
 _sm_count: dict[int, int] = {}
 _flush: dict[int, torch.Tensor] = {}
+PATHS = ("gemm", "reconstruct", "reconstruct_act", "reconstruct_n")
 _timings: dict[tuple, dict[str, dict[str, float]]] = {}
 _log = logging.getLogger(__name__)
 # GPU-side wait before each timed run, in clock cycles (~100 us at 2 GHz): covers the host enqueue of the
@@ -71,8 +72,8 @@ def sm_count(device: torch.device) -> int:
 def _apply_pins(p: Plan) -> Plan:
     path, bm, split = env.get("PATH"), env.get_int("BM"), env.get_int("SPLIT")
     if path:
-        if path not in ("gemm", "reconstruct", "reconstruct_act"):
-            raise ValueError(f"CUDA_EXL3_PATH must be 'gemm', 'reconstruct' or 'reconstruct_act', got {path!r}")
+        if path not in PATHS:
+            raise ValueError(f"CUDA_EXL3_PATH must be one of {', '.join(PATHS)}, got {path!r}")
         p = replace(p, path=path)
     if bm is not None:
         p = replace(p, bm=bm)

@@ -6,7 +6,7 @@ library is not). Errors about a bad value name the spelling that was actually re
 
 | variable | meaning | default |
 |---|---|---|
-| CUDA_EXL3_PATH | force the path: ``gemm`` (trellis GEMM), ``reconstruct`` (dense W + cuBLAS) or ``reconstruct_act`` (dense Ŵ + cuBLAS, Hadamards on the activations) | unset: planner |
+| CUDA_EXL3_PATH | force the path: ``gemm`` (trellis GEMM), ``reconstruct`` (dense W + cuBLAS), ``reconstruct_act`` (dense Ŵ + cuBLAS, Hadamards on the activations) or ``reconstruct_n`` (output Hadamard folded into the dense weight, input Hadamard on the activations) | unset: planner |
 | CUDA_EXL3_BM | force the GEMM row tile BM (16, 32, 64, 128) | unset: planner |
 | CUDA_EXL3_SPLIT | force the split-k factor (1 = no split) | unset: planner |
 | CUDA_EXL3_AUTOTUNE | 1: time candidate plans once per (layer shape, m bucket) outside graph capture | 1 |
@@ -15,6 +15,7 @@ library is not). Errors about a bad value name the spelling that was actually re
 | CUDA_EXL3_RECON_WORKSPACE_MB | size cap of the dense-W workspace; bigger layers are built in column chunks | 512 |
 | CUDA_EXL3_SPLITK_WORKSPACE_MB | size of the split-k fp32 accumulator; larger m x n disables split-k | 64 |
 | CUDA_EXL3_LIBRARY | path of the compiled op library to load instead of the packaged ``_C.abi3.so`` | unset |
+| CUDA_EXL3_PDL | 0: launch the GEMM and its split-k epilogue without programmatic dependent launch (sm_90+ only; read by ``_ops.gemm`` at each call, a captured CUDA graph keeps its capture-time setting) | 1 |
 """
 from __future__ import annotations
 

@@ -10,7 +10,9 @@ On CUDA the op picks a plan per (layer shape, m bucket) (:mod:`.autotune`):
   workspace, then one cuBLAS GEMM;
 - "reconstruct_act": dense Ŵ without the transforms (cheaper to build), the input transform before and the
   split-k epilogue (output Hadamard, svh, bias) after one cuBLAS GEMM with fp32 output into the split-k
-  workspace (:func:`_run_reconstruct_act`).
+  workspace (:func:`_run_reconstruct_act`);
+- "reconstruct_n": the input transform on the activations (in x's dtype) and the output transform folded into
+  the dense weight W_n = Ŵ H_n diag(svh) / sqrt(128), one cuBLAS GEMM straight into y (:func:`_run_reconstruct_n`).
 On CPU (and any device without the compiled library) it runs the pure-torch reference
 (:mod:`exl3_kernels.reference`), which is also what every kernel is tested against.
 
@@ -126,9 +128,48 @@ def _run_reconstruct_act(x2, trellis, suh, svh, bias32, codebook: int) -> torch.
     return ys[0] if len(ys) == 1 else torch.cat(ys, dim=0)
 
 
+def _run_reconstruct_n(x2, trellis, suh, svh, bias32, codebook: int) -> torch.Tensor:
+    """Output transform folded into the weight, input transform on the activations, one cuBLAS call per shard.
+
+    y[:, shard s] = xh_s @ W_n,s (+ bias), with xh_s = had_k(x * suh_s) / sqrt(128) from :func:`_ops.input_transform`
+    in x's dtype and W_n,s = Ŵ_s H_n diag(svh_s) / sqrt(128) from ``reconstruct_n_out``, also in x's dtype:
+    cuBLAS writes y directly (fp32 accumulation inside, one rounding), so there is no fp32 accumulator pass
+    (reconstruct_act) and no k-direction transform of W (reconstruct). Columns go in chunks that fit the
+    reconstruct workspace. Precision: like the reconstruct path (weights rounded to x's dtype) plus the
+    rounding of the rotated activations to x's dtype (bf16: up to 2^-8 relative; the GEMM path keeps them in
+    fp16). In a CPU emulation of the GPU tests' shapes (bf16) the relative error against the reference was
+    2.9e-3, against 2.4e-3 for reconstruct and 1.7e-3 for the GEMM path; fp16: 4.3e-4.
+    """
+    k, m = x2.shape[1], x2.shape[0]
+    ns = [t.shape[1] * 16 for t in trellis]
+    n_total = sum(ns)
+    starts = [sum(ns[:i]) for i in range(len(ns))]
+    if bias32 is not None and bias32.shape != (n_total,):
+        raise ValueError(f"exl3_kernels.linear: bias must be fp32 [{n_total}], got {tuple(bias32.shape)}")
+    xh = _ops.input_transform(x2, suh, x2.dtype)  # [S, m, k] in x's dtype
+    y = torch.empty(m, n_total, dtype=x2.dtype, device=x2.device)
+    bias = bias32.to(x2.dtype) if bias32 is not None else None
+    cols = max(128, workspace.recon_capacity_bytes() // (2 * k) // 128 * 128)
+    for c0 in range(0, n_total, cols):
+        c1 = min(n_total, c0 + cols)
+        w = workspace.recon(x2.device, k * (c1 - c0), x2.dtype).view(k, c1 - c0)
+        torch.ops.exl3_kernels.reconstruct_n_out(w, trellis, svh, codebook, c0, c1)
+        for s, (s0, n) in enumerate(zip(starts, ns)):
+            a, b = max(c0, s0), min(c1, s0 + n)
+            if a < b:
+                if bias is not None:
+                    # as the reconstruct path: cuBLAS adds the bias in the output dtype
+                    torch.addmm(bias[a:b], xh[s], w[:, a - c0:b - c0], out=y[:, a:b])
+                else:
+                    torch.mm(xh[s], w[:, a - c0:b - c0], out=y[:, a:b])
+    return y
+
+
 def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch.Tensor:
     if plan.path == "reconstruct_act":
         return _run_reconstruct_act(x2, trellis, suh, svh, bias32, codebook)
+    if plan.path == "reconstruct_n":
+        return _run_reconstruct_n(x2, trellis, suh, svh, bias32, codebook)
     if plan.path == "reconstruct":
         k = x2.shape[1]
         n_total = sum(t.shape[1] * 16 for t in trellis)

@@ -14,7 +14,7 @@ BM_TIERS = (16, 32, 64, 128)
 MIN_STAGES_PER_SPLIT = 4  # k rows per split >= 4 pipeline stages of 64 rows: below that the prologue dominates
 # Resident GEMM blocks per SM by BM tier: the __launch_bounds__ minimum of csrc/gemm/gemm_kernel.cuh
 # (GemmOccupancy), which caps registers so that this many 256-thread blocks fit.
-BLOCKS_PER_SM = {16: 4, 32: 3, 64: 2, 128: 2}
+BLOCKS_PER_SM = {16: 5, 32: 4, 64: 3, 128: 2}
 
 
 @dataclass(frozen=True)
@@ -39,9 +39,10 @@ class LayerShape:
 @dataclass(frozen=True)
 class Plan:
     """``path``: "gemm" (trellis GEMM, ``bm``/``split`` used), "reconstruct" (dense W with both Hadamards, suh
-    and svh folded in, + cuBLAS) or "reconstruct_act" (dense Ŵ without them + cuBLAS, the Hadamards applied to
+    and svh folded in, + cuBLAS), "reconstruct_act" (dense Ŵ without them + cuBLAS, the Hadamards applied to
     the activations: input transform before, the split-k epilogue after; exllamav3's reconstruct path does the
-    same, exllamav3 1.6.5 exllamav3/modules/quant/exl3.py)."""
+    same, exllamav3 1.6.5 exllamav3/modules/quant/exl3.py) or "reconstruct_n" (input transform on the
+    activations, the output transform and svh folded into the dense weight, cuBLAS writes y)."""
 
     path: str
     bm: int = 16
@@ -136,7 +137,7 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
 def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
                built_bm: tuple[int, ...] = BM_TIERS, deterministic: bool = False) -> list[Plan]:
     """Plans worth timing for this m: BM tiers from the covering one down to half of it (and the largest
-    for m above all tiers), split-k in powers of two up to the limits, and both reconstruct paths for m >= 64."""
+    for m above all tiers), split-k in powers of two up to the limits, and the three dense paths for m >= 64."""
     bms = sorted({pick_bm(m, built_bm)} | {b for b in built_bm if m / 2 <= b <= pick_bm(m, built_bm)})
     out: list[Plan] = []
     for bm in bms:
@@ -155,4 +156,5 @@ def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
     if m >= 64:
         out.append(Plan("reconstruct"))
         out.append(Plan("reconstruct_act"))
+        out.append(Plan("reconstruct_n"))
     return out

@@ -81,7 +81,7 @@ def test_bm_tiers_and_split(m, split):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("path", ["gemm", "reconstruct", "reconstruct_act"])
+@pytest.mark.parametrize("path", ["gemm", "reconstruct", "reconstruct_act", "reconstruct_n"])
 def test_multishard_mixed_k_with_bias(dtype, path, monkeypatch):
     """A fused qkv with q at K=4 and k, v at K=5 (as real checkpoints mix them) in one launch."""
     cb = "mcg" if compiled(1, 10) and compiled(1, 8) else "mul1"
@@ -94,7 +94,9 @@ def test_multishard_mixed_k_with_bias(dtype, path, monkeypatch):
         y = exl3_linear(x, Exl3Layer(trellis, suh, svh, cb, bias))
         assert y.dtype == dtype and y.shape == (m, 768)
         ref = reference_forward(x, trellis, suh, svh, bias, cb)
-        tol = TOL[dtype] * (2 if path == "reconstruct" and dtype == torch.bfloat16 else 1)
+        # bf16 dense paths: the weight (and for reconstruct_n the rotated activations) are rounded to bf16 and
+        # cuBLAS adds the bias in bf16 (three or four bf16 roundings, ~1.7e-3 rms each, instead of one)
+        tol = TOL[dtype] * (2 if path in ("reconstruct", "reconstruct_n") and dtype == torch.bfloat16 else 1)
         assert rel_err(y, ref) < tol, (path, m, rel_err(y, ref))
         # per-shard columns match the single-shard reference of that shard
         off = 0
@@ -324,6 +326,31 @@ def test_reconstruct_act_row_and_column_chunks(dtype, monkeypatch):
         workspace.reset()
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_reconstruct_n_column_chunks(dtype, monkeypatch):
+    """A 1 MiB reconstruct workspace gives column chunks of 512 at k = 1024 with the k shard [384, 640) straddling
+    the boundary: two addmm calls for that shard, each into its column slice of y."""
+    cb = "mcg" if compiled(1, 10) and compiled(1, 8) else "mul1"
+    k2s = [8, 10, 10] if compiled(CBS[cb], 10) else [8, 5, 5]
+    trellis, suh, svh, bias = random_layer(1024, [384, 256, 128], k2s, seed=13, bias=True)
+    workspace.reset()
+    monkeypatch.setenv("CUDA_EXL3_RECON_WORKSPACE_MB", "1")
+    monkeypatch.setenv("CUDA_EXL3_PATH", "reconstruct_n")
+    monkeypatch.setenv("CUDA_EXL3_AUTOTUNE", "0")
+    autotune.clear()
+    try:
+        x = torch.randn(300, 1024, device="cuda", dtype=dtype)
+        y = exl3_linear(x, Exl3Layer(trellis, suh, svh, cb, bias))
+        ref = reference_forward(x, trellis, suh, svh, bias, cb)
+        tol = TOL[dtype] * (2 if dtype == torch.bfloat16 else 1)  # as in test_multishard_mixed_k_with_bias
+        assert y.shape == (300, 768) and rel_err(y, ref) < tol, rel_err(y, ref)
+        # the workspace grew to one 512-column chunk of W_n (1 MiB), not to the whole 768 columns
+        assert workspace._recon[torch.cuda.current_device()].numel() == 1024 * 512 * 2
+    finally:
+        autotune.clear()
+        workspace.reset()
+
+
 def test_reconstruct_act_bad_bias_leaves_workspace_zero(monkeypatch):
     trellis, suh, svh, _ = random_layer(1024, [256], [8], seed=2)
     cb = "mcg" if compiled(1, 8) else "mul1"
@@ -358,14 +385,16 @@ def test_reconstruct_act_error_after_cublas_leaves_workspace_zero(monkeypatch):
     _acc_is_zero()
 
 
-def test_cuda_graph_replay_reconstruct_act(monkeypatch):
-    """The reconstruct_act path captured in a CUDA graph (with row chunks) replays like eager."""
+@pytest.mark.parametrize("path", ["reconstruct_act", "reconstruct_n"])
+def test_cuda_graph_replay_reconstruct_act(monkeypatch, path):
+    """The dense paths with activation-side transforms captured in a CUDA graph (reconstruct_act with row chunks)
+    replay like eager."""
     cb = "mcg" if compiled(1, 8) else "mul1"
     trellis, suh, svh, bias = random_layer(1024, [512, 256], [8, 8], seed=12, bias=True)
     layer = Exl3Layer(trellis, suh, svh, cb, bias)
     workspace.reset()
     monkeypatch.setenv("CUDA_EXL3_SPLITK_WORKSPACE_MB", "1")  # 341 rows per chunk: 2 chunks at m = 400
-    monkeypatch.setenv("CUDA_EXL3_PATH", "reconstruct_act")
+    monkeypatch.setenv("CUDA_EXL3_PATH", path)
     autotune.clear()
     try:
         x = torch.randn(400, 1024, device="cuda", dtype=torch.bfloat16)
@@ -415,3 +444,98 @@ def test_autotune_timing_excludes_host_overhead(host_us):
 
     us = 1000.0 * autotune._time(slow_host, x.device)
     assert us < 20.0, f"{us:.1f} us: host time leaked into the timing"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_reconstruct_n_weight_vs_torch(dtype):
+    """W_n = Ŵ H_n diag(svh) / sqrt(128) per 128-column block, against the same product in float64 from the
+    (bit-exact) transform-free reconstruct: within one rounding of the output dtype, for mixed-K shards and a
+    column range that starts and ends inside shards."""
+    cb = "mcg" if compiled(1, 8) and compiled(1, 4) else "mul1"
+    k2s = [8, 4, 8] if compiled(CBS[cb], 4) else [8, 8, 8]
+    trellis, suh, svh, _ = random_layer(384, [256, 128, 384], k2s, seed=31)
+    w_hat = _ops.reconstruct(trellis, suh, svh, CBS[cb], transform=False).double()  # [k, 768], exact
+    h128 = torch.tensor([[(-1) ** bin(r & c).count("1") for c in range(128)] for r in range(128)],
+                        dtype=torch.float64, device="cuda")  # Sylvester order (docs/exl3-format.md §4.1)
+    sv = torch.cat(svh).double()
+    ref = (w_hat.view(384, 6, 128) @ h128).view(384, 768) * sv / 128 ** 0.5
+    ulp = 2.0 ** -10 if dtype == torch.float16 else 2.0 ** -7  # worst-case relative ulp
+    for c0, c1 in ((0, 768), (128, 640)):
+        got = _ops.reconstruct_n(trellis, svh, CBS[cb], c0, c1, dtype=dtype)
+        assert got.shape == (384, c1 - c0) and got.dtype == dtype
+        exp = ref[:, c0:c1]
+        err = (got.double() - exp).abs()
+        # round to nearest: half an ulp, plus fp32 summation-order noise (2^-18 relative, 2e-6 absolute)
+        assert (err <= (ulp / 2 + 2.0 ** -18) * exp.abs() + 2e-6).all(), (c0, c1, err.max().item())
+    with pytest.raises(RuntimeError, match="must be contiguous fp16/bf16"):
+        torch.ops.exl3_kernels.reconstruct_n_out(torch.empty(384, 768, device="cuda"), trellis, svh, CBS[cb], 0, 768)
+
+
+@pytest.mark.parametrize("x_dtype", [torch.float16, torch.bfloat16])
+def test_input_transform_bf16_out_matches_fp16_out(x_dtype):
+    """The bf16 output of the input transform is the same fp32 rotation rounded to bf16 instead of fp16."""
+    from exl3_kernels import reference
+
+    trellis, suh, svh, _ = random_layer(512, [128, 128], [8, 8], seed=3)
+    x = torch.randn(9, 512, device="cuda", dtype=x_dtype)
+    h = _ops.input_transform(x, suh)  # fp16
+    b = _ops.input_transform(x, suh, torch.bfloat16)
+    assert b.dtype == torch.bfloat16 and b.shape == h.shape
+    # both are one rounding of the same fp32 value: they differ by at most half a bf16 ulp + half an fp16 ulp
+    torch.testing.assert_close(b.float(), h.float(), rtol=2.0 ** -8 + 2.0 ** -11, atol=1e-6)
+    assert not torch.equal(b.float(), h.float())  # really a different rounding
+    for s, su in enumerate(suh):  # round to nearest of the fp32 rotation: equal to the reference's rounding except
+        exact = reference.input_transform(x, su, None).bfloat16()  # where the summation order moves a value
+        differ = (b[s] != exact).float().mean().item()             # across a rounding midpoint (rare; truncation
+        assert differ < 0.01, differ                               # would change about half of them)
+        torch.testing.assert_close(b[s].float(), exact.float(), rtol=2.0 ** -7, atol=1e-6)
+
+
+@pytest.mark.parametrize("split", [1, 4])
+def test_programmatic_dependent_launch_changes_nothing(split, monkeypatch):
+    """CUDA_EXL3_PDL=1 (the default on sm_90+: the GEMM prefetches its trellis while the input transform runs, then
+    waits for xh; the split-k epilogue launches early and waits) gives the results of plain launches: bit for bit
+    without split-k, within the run-to-run order of the fp32 atomics with it. Every run gets new activations, so a
+    GEMM reading xh before the input transform wrote it would see a previous run's values (freed blocks are
+    poisoned with NaN in between); the captured graph is replayed on several new inputs."""
+    cb = "mcg" if compiled(1, 8) else "mul1"
+    trellis, suh, svh, bias = random_layer(4096, [2048, 1024, 1024], [8, 8, 8], seed=41, bias=True)
+    close = dict(rtol=0, atol=0) if split == 1 else dict(rtol=2.0 ** -7, atol=1e-5)
+
+    def run(x):
+        return _gemm(x, trellis, suh, svh, bias, CBS[cb], 16, split, torch.bfloat16)
+
+    def poison():  # the next xh gets the block this NaN tensor of xh's size leaves free: a stale read shows up
+        junk = torch.full((3, 16, 4096), float("nan"), device="cuda", dtype=torch.float16)
+        del junk
+
+    for i in range(3):
+        x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+        monkeypatch.setenv("CUDA_EXL3_PDL", "0")
+        ref = run(x)
+        poison()
+        monkeypatch.setenv("CUDA_EXL3_PDL", "1")
+        got = run(x)
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, ref, **close)
+    _acc_is_zero()
+    monkeypatch.setenv("CUDA_EXL3_PDL", "1")
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        run(x)
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        out = run(x)
+    for i in range(3):
+        x.copy_(torch.randn_like(x))
+        g.replay()
+        monkeypatch.setenv("CUDA_EXL3_PDL", "0")
+        torch.testing.assert_close(out, run(x), **close)
+        monkeypatch.setenv("CUDA_EXL3_PDL", "1")
+    _acc_is_zero()
+    monkeypatch.setenv("CUDA_EXL3_PDL", "maybe")
+    with pytest.raises(ValueError, match="CUDA_EXL3_PDL"):
+        run(x)

@@ -37,6 +37,7 @@ struct GemmParams {
   float* acc;         // [m, n_total] fp32 split-k accumulator; all zero on entry and on exit
   int split;          // number of k slices (gridDim.z); 1 = epilogue in the GEMM kernel
   int k16_per_split;  // trellis tile rows per slice, a multiple of kBK / 16
+  int pdl;            // 1: launch the GEMM and the split-k epilogue with programmatic dependent launch (sm_90+)
 };
 
 struct ReconstructParams {
@@ -57,7 +58,8 @@ struct InputTransformParams {
   int m, k;
   const uint16_t* suh[kMaxShards];  // [k] fp16 bits per shard
   int num_shards;
-  uint16_t* xh;  // [num_shards, m, k] fp16 bits
+  uint16_t* xh;  // [num_shards, m, k] fp16 (or bf16 when xh_bf16) bits
+  int xh_bf16;
 };
 
 // Host launchers (csrc/gemm/launch.cu, csrc/transform/input.cu, csrc/reconstruct/reconstruct.cu).
@@ -69,6 +71,8 @@ cudaError_t launch_input_transform(const InputTransformParams& p, cudaStream_t s
 cudaError_t launch_reconstruct(const ReconstructParams& p, int codebook, cudaStream_t stream);
 // Ŵ^T [col_end - col_begin, k] fp16 into p.w (no transforms; p.suh, p.transform and p.w_bf16 unused).
 cudaError_t launch_reconstruct_t(const ReconstructParams& p, int codebook, cudaStream_t stream);
+// W_n = Ŵ H_n diag(svh) / sqrt(128), [k, col_end - col_begin] fp16 or bf16 (p.w_bf16) into p.w (p.suh unused).
+cudaError_t launch_reconstruct_n(const ReconstructParams& p, int codebook, cudaStream_t stream);
 cudaError_t launch_decode_lut(uint16_t* out, int codebook, cudaStream_t stream);
 bool gemm_instance_built(int codebook, int bm);
 int gemm_smem_bytes(int bm, int K2);
