@@ -7,6 +7,8 @@
 # Usage: bash tools/device/serving_bench.sh [concurrencies, default "1 16 64"]
 set -u
 conc=${1:-"1 16 64"}
+# Libraries may be carried xz-compressed (_C.abi3.so.xz, ~9x smaller: the 64 MiB carry limit): unpack them here.
+for z in .device/*/_C.abi3.so.xz; do [ -f "$z" ] && [ ! -f "${z%.xz}" ] && python3 -c "import lzma, sys; open(sys.argv[1][:-3], 'wb').write(lzma.open(sys.argv[1]).read())" "$z"; done
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_WORKER_MULTIPROC_METHOD=spawn
 export PYTHONPATH=/tmp/site:$PWD/packages/exl3-kernels/src:$PWD/packages/exl3-format/src
 [ -f .device/full/_C.abi3.so ] && export CUDA_EXL3_LIBRARY=$PWD/.device/full/_C.abi3.so

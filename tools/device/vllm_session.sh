@@ -6,6 +6,8 @@
 # (`all` can exceed the device's 600 s per command: e2e up to E2E_TIMEOUT=330 s + serve up to 300 s + bench.)
 set -u
 what=${2:-all}
+# Libraries may be carried xz-compressed (_C.abi3.so.xz, ~9x smaller: the 64 MiB carry limit): unpack them here.
+for z in .device/*/_C.abi3.so.xz; do [ -f "$z" ] && [ ! -f "${z%.xz}" ] && python3 -c "import lzma, sys; open(sys.argv[1][:-3], 'wb').write(lzma.open(sys.argv[1]).read())" "$z"; done
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 TORCH_CUDA_ARCH_LIST=9.0 VLLM_WORKER_MULTIPROC_METHOD=spawn
 [ -f /tmp/site/vllm/__init__.py ] || bash .device/kit/install.sh "$1" || exit 1
 python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .whl/*.whl 2>/dev/null
