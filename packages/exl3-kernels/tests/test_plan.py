@@ -126,6 +126,41 @@ def test_autotune_retimes_close_candidates_and_picks_the_fastest_finalist(monkey
     autotune.clear()
 
 
+def test_autotune_prime_tunes_every_smaller_bucket_on_the_first_rows(monkeypatch):
+    """A first call at m = 3000 (bucket 4096) tunes buckets 2048, 1024, ..., 1 on the first b rows, skips the
+    buckets already cached, and does nothing under CUDA_EXL3_AUTOTUNE_PRIME=0 or in deterministic mode."""
+    from exl3_kernels import autotune
+    from exl3_kernels.plan import LayerShape
+
+    for v in ("DETERMINISTIC", "AUTOTUNE", "AUTOTUNE_PRIME", "PATH", "BM", "SPLIT"):
+        monkeypatch.delenv(f"CUDA_EXL3_{v}", raising=False)
+    monkeypatch.setattr(autotune.torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(autotune, "sm_count", lambda device: 132)
+    plans = [Plan("gemm", 16, 1), Plan("reconstruct")]
+    monkeypatch.setattr(autotune, "candidates", lambda *a, **k: list(plans))
+    monkeypatch.setattr(autotune, "cost_model", lambda *a, **k: plans[0])
+    monkeypatch.setattr(autotune, "_time", lambda fn, device, reps=5: (fn(), 0.1)[1])
+    rows_seen: list[int] = []
+    shape, dev = LayerShape(4096, (11008,), (8,), 1), torch.device("cpu")
+    args = (torch.float16, dev, ACC, (16, 32, 64, 128), lambda p, rows: rows_seen.append(rows))
+    autotune.clear()
+    autotune.choose(shape, 200, torch.float16, dev, ACC, (16, 32, 64, 128), lambda p: None)  # bucket 256 cached
+    assert autotune.is_cached(shape, 129, torch.float16, dev) and not autotune.is_cached(shape, 3000, torch.float16, dev)
+    assert autotune.prime_smaller_buckets(shape, 3000, *args) == 11  # 2048 .. 1 without 256
+    assert sorted(set(rows_seen)) == [1, 2, 4, 8, 16, 32, 64, 128, 512, 1024, 2048]
+    assert all(autotune.is_cached(shape, b, torch.float16, dev) for b in (1, 3, 700, 2048))
+    assert not autotune.is_cached(shape, 3000, torch.float16, dev)  # the call's own bucket is left to choose()
+    assert autotune.prime_smaller_buckets(shape, 3000, *args) == 0  # all cached now
+    autotune.clear()
+    monkeypatch.setenv("CUDA_EXL3_AUTOTUNE_PRIME", "0")
+    assert autotune.prime_smaller_buckets(shape, 3000, *args) == 0
+    monkeypatch.setenv("CUDA_EXL3_AUTOTUNE_PRIME", "1")
+    monkeypatch.setenv("CUDA_EXL3_DETERMINISTIC", "1")
+    assert autotune.prime_smaller_buckets(shape, 3000, *args) == 0
+    assert not autotune.cached_plans()
+    autotune.clear()
+
+
 def test_blocks_per_sm_matches_the_kernel_launch_bounds():
     """plan.BLOCKS_PER_SM is the cost model's copy of the kernel's __launch_bounds__ minimum blocks per SM
     (GemmOccupancy in csrc/gemm/gemm_kernel.cuh): the two must not drift apart."""

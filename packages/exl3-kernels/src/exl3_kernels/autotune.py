@@ -142,6 +142,37 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
     return _apply_pins(plan)
 
 
+def prime_smaller_buckets(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,
+                          built_bm: tuple[int, ...], run_rows: Callable[[Plan, int], object]) -> int:
+    """Tune every power-of-two m bucket below ``m``'s that is not cached yet, timing each bucket b on the first
+    b rows of this call's input (``run_rows(plan, b)``). Returns the number of buckets tuned.
+
+    Called by the linear on a cache miss, so the first large call, normally vLLM's profile run at
+    ``max_num_batched_tokens`` rows, tunes all buckets at start-up (about 2 s for a Llama-3-8B-shaped model).
+    Without it a bucket is tuned the first time a request reaches it: in the serving benchmark at 8050a45
+    (bench/results/serving-llama8b-8050a45.md) the prefill buckets 1024-4096 were first seen at concurrency 16,
+    where mean / p99 TTFT were 1.77x / 2.29x bf16's, against 1.11x / 1.10x at concurrency 64 with every bucket
+    already tuned. Nothing happens under graph capture, with CUDA_EXL3_AUTOTUNE=0, in deterministic mode (the
+    cost model needs no timing) or with CUDA_EXL3_AUTOTUNE_PRIME=0.
+    """
+    if (torch.cuda.is_current_stream_capturing() or not env.get_bool("AUTOTUNE", True)
+            or not env.get_bool("AUTOTUNE_PRIME", True) or env.get_bool("DETERMINISTIC")):
+        return 0
+    tuned = 0
+    b = m_bucket(m) // 2  # < m always: m > m_bucket(m) / 2
+    while b >= 1:
+        if (shape, b, dtype, device, False) not in _cache:
+            choose(shape, b, dtype, device, acc_capacity, built_bm, lambda p, rows=b: run_rows(p, rows))
+            tuned += 1
+        b //= 2
+    return tuned
+
+
+def is_cached(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether the plan of this (shape, m bucket, dtype, device) in the current deterministic mode is cached."""
+    return (shape, m_bucket(m), dtype, device, env.get_bool("DETERMINISTIC")) in _cache
+
+
 def cached_plans() -> dict[tuple, Plan]:
     """The chosen plans so far (for logs and benchmarks)."""
     return dict(_cache)

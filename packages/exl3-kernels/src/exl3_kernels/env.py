@@ -10,6 +10,7 @@ library is not). Errors about a bad value name the spelling that was actually re
 | CUDA_EXL3_BM | force the GEMM row tile BM (16, 32, 64, 128) | unset: planner |
 | CUDA_EXL3_SPLIT | force the split-k factor (1 = no split) | unset: planner |
 | CUDA_EXL3_AUTOTUNE | 1: time candidate plans once per (layer shape, m bucket) outside graph capture | 1 |
+| CUDA_EXL3_AUTOTUNE_PRIME | 1: the first call in an untuned m bucket also tunes every smaller power-of-two bucket on its first rows (vLLM's profile run then tunes them all at start-up) | 1 |
 | CUDA_EXL3_DETERMINISTIC | 1: no atomics (split = 1) and a fixed, timing-free path choice: bit-identical reruns | 0 |
 | CUDA_EXL3_RECON_MIN_M | smallest m for which the cost model picks the reconstruct path | 1024 |
 | CUDA_EXL3_RECON_WORKSPACE_MB | size cap of the dense-W workspace; bigger layers are built in column chunks | 512 |

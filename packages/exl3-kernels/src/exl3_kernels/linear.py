@@ -218,6 +218,9 @@ def _linear_cuda(x, trellis, suh, svh, bias, codebook: int) -> torch.Tensor:
         bias32 = bias if bias.dtype == torch.float32 and bias.is_contiguous() else bias.float().contiguous()
     shape = layer_shape(trellis, codebook)
     built = tuple(sorted({bm for cb, bm in _ops.built_instances() if cb == codebook})) or BM_TIERS
+    if not autotune.is_cached(shape, m, x2.dtype, x2.device):  # first call in this bucket: tune the smaller ones too
+        autotune.prime_smaller_buckets(shape, m, x2.dtype, x2.device, workspace.splitk_capacity(), built,
+                                       lambda p, rows: _run_plan(p, x2[:rows], trellis, suh, svh, bias32, codebook))
     plan = autotune.choose(shape, m, x2.dtype, x2.device, workspace.splitk_capacity(), built,
                            lambda p: _run_plan(p, x2, trellis, suh, svh, bias32, codebook))
     y = _run_plan(plan, x2, trellis, suh, svh, bias32, codebook)

@@ -123,6 +123,28 @@ def test_layer_op_odd_m_autotuned(m, dtype):
     _acc_is_zero()
 
 
+def test_first_call_primes_the_smaller_buckets(monkeypatch):
+    """The first call at m = 300 (bucket 512) also tunes buckets 256 .. 1 on its first rows; a later call in a
+    primed bucket uses the cached plan and is still right."""
+    for v in ("DETERMINISTIC", "AUTOTUNE", "AUTOTUNE_PRIME", "PATH", "BM", "SPLIT"):
+        monkeypatch.delenv(f"CUDA_EXL3_{v}", raising=False)
+    cb = "mcg" if compiled(1, 8) else "mul1"
+    trellis, suh, svh, bias = random_layer(2048, [1024], [8], seed=5, bias=True)
+    layer = Exl3Layer(trellis, suh, svh, cb, bias)
+    autotune.clear()
+    x = torch.randn(300, 2048, device="cuda", dtype=torch.float16)
+    y = exl3_linear(x, layer)
+    assert rel_err(y, reference_forward(x, trellis, suh, svh, bias, cb)) < TOL[torch.float16]
+    buckets = sorted(key[1] for key in autotune.cached_plans())
+    assert buckets == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], buckets
+    x5 = torch.randn(5, 2048, device="cuda", dtype=torch.float16)
+    y5 = exl3_linear(x5, layer)
+    assert rel_err(y5, reference_forward(x5, trellis, suh, svh, bias, cb)) < TOL[torch.float16]
+    assert len(autotune.cached_plans()) == 10  # no new tuning
+    _acc_is_zero()
+    autotune.clear()
+
+
 def test_reconstruct_dense_vs_reference():
     from exl3_kernels import reference
 
