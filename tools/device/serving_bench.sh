@@ -4,7 +4,7 @@
 # against the same model in bf16 (--load-format dummy), with `vllm bench serve` (random prompts, 512 in /
 # 128 out) at concurrency 1, 16 and 64. Writes one JSON per (model, concurrency) under $OUT plus the server
 # logs' memory lines. Carry: the op library (.device/full), .device/kit, .whl, .device/models.
-# Usage: bash tools/device/serving_bench.sh [concurrencies, default "1 16 64"]
+# Usage: [MODELS="exl3"] bash tools/device/serving_bench.sh [concurrencies, default "1 16 64"] (MODELS default "exl3 bf16")
 set -u
 conc=${1:-"1 16 64"}
 # Libraries may be carried xz-compressed (_C.abi3.so.xz, ~9x smaller: the 64 MiB carry limit): unpack them here.
@@ -22,7 +22,7 @@ json.dump(c, open("/tmp/llama8b-bf16/config.json", "w"), indent=1)
 for f in ("tokenizer.json", "tokenizer_config.json"):
     shutil.copy(f"/tmp/llama8b-exl3/{f}", f"/tmp/llama8b-bf16/{f}")
 PY
-for model in exl3 bf16; do
+for model in ${MODELS:-exl3 bf16}; do
   extra=""; [ $model = bf16 ] && extra="--load-format dummy"
   python3 -m vllm.entrypoints.cli.main serve /tmp/llama8b-$model --dtype bfloat16 --max-model-len 2048 --port 8012 \
     --gpu-memory-utilization 0.85 $extra > $OUT/serve-$model.log 2>&1 &
