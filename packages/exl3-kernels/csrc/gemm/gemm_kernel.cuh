@@ -279,16 +279,18 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
 }
 
 // Minimum resident blocks per SM requested from ptxas (caps registers at 65536 / (256 * n)): the decode is
-// latency-bound and hidden by warps, so every tier trades registers for occupancy as far as it goes without
-// spills (sm_90, all K bodies of a kernel): BM16 5 blocks (<= 48 registers; one 4-byte spill in one K body of
-// the mcg kernel, none in any single-K build), BM32 4 (64), BM64 3 (80; 102-111 at 2), BM128 2 (124; its 64
-// accumulator registers leave no room for 3). The k loop gains 0-8 instructions (SASS of mcg K = 4).
-// Measured (4096x11008, K = 4, same H200 call, docs/kernels.md "Occupancy"): BM16 4 -> 5 blocks 22.3 -> 21.6 us
-// at m = 1 and 23.4 -> 22.6 us at m = 16; BM64 2 -> 3 blocks 35.8 -> 34.8 us at m = 64; BM32 3 -> 4 within
-// +-1 us either way.
+// latency-bound and hidden by warps, so the tiers trade registers for occupancy as far as it helps (sm_90, all K
+// bodies of a kernel, no spills): BM16 4 blocks (<= 64 registers), BM32 4 (64), BM64 3 (80; 102-111 at 2),
+// BM128 2 (124; its 64 accumulator registers leave no room for 3). The k loop keeps its instruction count (SASS
+// of mcg K = 4). Measured on the H200 (4096x11008, K = 4; docs/kernels.md "Occupancy"):
+// - BM64 2 -> 3 blocks: 35.8 -> 34.8 us at m = 64 (same call, per-plan breakdown).
+// - BM32 3 -> 4 blocks: within +-1 us either way.
+// - BM16 4 -> 5 blocks (48 registers, one 4-byte spill in one K body): 0.6 us faster per plan without PDL, but
+//   0.3-1.8 us slower at the op level with PDL at m = 1..16 (same-call A/B, two rounds each, 4096x11008 and
+//   17408x5120), so BM16 stays at 4.
 // EXL3_GEMM_MIN_BLOCKS_BM{16,32,64} override the values for A/B builds; plan.BLOCKS_PER_SM must match.
 #ifndef EXL3_GEMM_MIN_BLOCKS_BM16
-#define EXL3_GEMM_MIN_BLOCKS_BM16 5
+#define EXL3_GEMM_MIN_BLOCKS_BM16 4
 #endif
 #ifndef EXL3_GEMM_MIN_BLOCKS_BM32
 #define EXL3_GEMM_MIN_BLOCKS_BM32 4
