@@ -9,6 +9,8 @@
 // Method: every warp runs kChains independent accumulator chains (one mma each per step) so that the
 // instruction latency is covered, with 8 warps per block and 4 blocks per SM in one wave; operands stay in
 // registers (no memory traffic in the loop). Timed with CUDA events over 5 runs after a warm-up, best run kept.
+// Measured on the H200 (bench/results/profiles/mma-peak-h200.json, version of a406789, chains started at zero):
+// 645 TFLOP/s for both input types, against 778-793 TFLOP/s for cuBLAS bf16 (wgmma) in the same sessions.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -36,12 +38,16 @@ __device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], const
 
 template <bool BF16>
 __global__ void __launch_bounds__(kThreads) mma_loop(float* out, int iters) {
-  // Small operands (0x3C00 = 1.0 in fp16; tiny values in bf16): the values do not matter for the rate, only
-  // that the compiler cannot fold the loop; the sum is stored so nothing is dead.
+  // Operands are raw bit patterns 0..7 per half (subnormals): the values do not change the instruction rate
+  // (near-zero data may draw a little less power, so the figure is a ceiling), only that the compiler cannot fold
+  // the loop. Each chain starts from a different value so no two chains can be merged; the sum is stored so
+  // nothing is dead.
   const uint32_t v = 0x00010001u * (threadIdx.x & 7);
   uint32_t a[4] = {v, v ^ 1u, v ^ 2u, v ^ 3u};
   uint32_t b[2] = {v ^ 4u, v ^ 5u};
-  float acc[kChains][4] = {};
+  float acc[kChains][4];
+#pragma unroll
+  for (int j = 0; j < kChains; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = (float)j;
   for (int i = 0; i < iters; ++i) {
 #pragma unroll
     for (int j = 0; j < kChains; ++j) mma_16816<BF16>(acc[j], a, b);

@@ -152,12 +152,25 @@ def test_autotune_prime_tunes_every_smaller_bucket_on_the_first_rows(monkeypatch
     assert not autotune.is_cached(shape, 3000, torch.float16, dev)  # the call's own bucket is left to choose()
     assert autotune.prime_smaller_buckets(shape, 3000, *args) == 0  # all cached now
     autotune.clear()
+    runs_before = len(rows_seen)
     monkeypatch.setenv("CUDA_EXL3_AUTOTUNE_PRIME", "0")
     assert autotune.prime_smaller_buckets(shape, 3000, *args) == 0
     monkeypatch.setenv("CUDA_EXL3_AUTOTUNE_PRIME", "1")
     monkeypatch.setenv("CUDA_EXL3_DETERMINISTIC", "1")
     assert autotune.prime_smaller_buckets(shape, 3000, *args) == 0
-    assert not autotune.cached_plans()
+    monkeypatch.delenv("CUDA_EXL3_DETERMINISTIC")
+    monkeypatch.setenv("CUDA_EXL3_AUTOTUNE", "0")
+    assert autotune.prime_smaller_buckets(shape, 3000, *args) == 0
+    monkeypatch.delenv("CUDA_EXL3_AUTOTUNE")
+    for pin, value in (("PATH", "gemm"), ("BM", "64"), ("SPLIT", "2")):  # pinned plans need no timing
+        monkeypatch.setenv(f"CUDA_EXL3_{pin}", value)
+        assert autotune.prime_smaller_buckets(shape, 3000, *args) == 0
+        monkeypatch.delenv(f"CUDA_EXL3_{pin}")
+    monkeypatch.setattr(autotune.torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert autotune.prime_smaller_buckets(shape, 3000, *args) == 0
+    assert not autotune.cached_plans() and len(rows_seen) == runs_before  # nothing was timed by the early exits
+    monkeypatch.setattr(autotune.torch.cuda, "is_current_stream_capturing", lambda: False)
+    assert autotune.prime_smaller_buckets(shape, 3000, *args) == 12  # and it still works afterwards
     autotune.clear()
 
 

@@ -280,20 +280,20 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
 
 // Minimum resident blocks per SM requested from ptxas (caps registers at 65536 / (256 * n)): the decode is
 // latency-bound and hidden by warps, so the tiers trade registers for occupancy as far as it helps (sm_90, all K
-// bodies of a kernel, no spills): BM16 4 blocks (<= 64 registers), BM32 4 (64), BM64 3 (80; 102-111 at 2),
-// BM128 2 (124; its 64 accumulator registers leave no room for 3). The k loop keeps its instruction count (SASS
-// of mcg K = 4). Measured on the H200 (4096x11008, K = 4; docs/kernels.md "Occupancy"):
-// - BM64 2 -> 3 blocks: 35.8 -> 34.8 us at m = 64 (same call, per-plan breakdown).
-// - BM32 3 -> 4 blocks: within +-1 us either way.
+// bodies of a kernel, no spills): BM16 4 blocks (<= 64 registers), BM32 3 (72-79), BM64 3 (80; 102-111 at 2),
+// BM128 2 (128; its 64 accumulator registers leave no room for 3). Measured on the H200 (4096x11008, K = 4, same
+// call, per-plan breakdowns profiles/breakdown-ab-{A-f3422c6,B-f59541d}.txt; docs/kernels.md "Occupancy"):
+// - BM64 2 -> 3 blocks: 0.2-5.2 us faster at every m and split (35.8 -> 34.8 us at m = 64, split 4).
+// - BM32 3 -> 4 blocks (64 registers): 0.6-5.4 us slower at splits 1-4, -1.5..+0.3 us at 8-16: stays at 3.
 // - BM16 4 -> 5 blocks (48 registers, one 4-byte spill in one K body): 0.6 us faster per plan without PDL, but
-//   0.3-1.8 us slower at the op level with PDL at m = 1..16 (same-call A/B, two rounds each, 4096x11008 and
-//   17408x5120), so BM16 stays at 4.
+//   0.1-1.8 us slower at the op level with PDL at m = 1..16 (same-call A/B, two rounds each, 4096x11008 and
+//   17408x5120, profiles/gemm-ab-bm16-blocks-c0ed8dc.md): stays at 4.
 // EXL3_GEMM_MIN_BLOCKS_BM{16,32,64} override the values for A/B builds; plan.BLOCKS_PER_SM must match.
 #ifndef EXL3_GEMM_MIN_BLOCKS_BM16
 #define EXL3_GEMM_MIN_BLOCKS_BM16 4
 #endif
 #ifndef EXL3_GEMM_MIN_BLOCKS_BM32
-#define EXL3_GEMM_MIN_BLOCKS_BM32 4
+#define EXL3_GEMM_MIN_BLOCKS_BM32 3
 #endif
 #ifndef EXL3_GEMM_MIN_BLOCKS_BM64
 #define EXL3_GEMM_MIN_BLOCKS_BM64 3

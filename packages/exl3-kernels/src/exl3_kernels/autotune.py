@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import time
 from dataclasses import replace
 from typing import Callable
 
@@ -108,12 +109,17 @@ def _time(fn: Callable[[], object], device: torch.device, reps: int = 5) -> floa
     return statistics.median(times)
 
 
+def _key(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, deterministic: bool) -> tuple:
+    """Cache key of a plan: (shape, m bucket, dtype, device, deterministic mode)."""
+    return (shape, m_bucket(m), dtype, device, deterministic)
+
+
 def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,
            built_bm: tuple[int, ...], run: Callable[[Plan], object]) -> Plan:
     """Plan for this call. ``run(plan)`` executes the layer with a plan (used only when timing)."""
     deterministic = env.get_bool("DETERMINISTIC")
     recon_min_m = env.get_int("RECON_MIN_M", 1024)
-    key = (shape, m_bucket(m), dtype, device, deterministic)
+    key = _key(shape, m, dtype, device, deterministic)
     plan = _cache.get(key)
     if plan is None:
         base = cost_model(shape, m, sm_count(device), acc_capacity, recon_min_m, built_bm, deterministic)
@@ -148,29 +154,36 @@ def prime_smaller_buckets(shape: LayerShape, m: int, dtype: torch.dtype, device:
     b rows of this call's input (``run_rows(plan, b)``). Returns the number of buckets tuned.
 
     Called by the linear on a cache miss, so the first large call, normally vLLM's profile run at
-    ``max_num_batched_tokens`` rows, tunes all buckets at start-up (about 2 s for a Llama-3-8B-shaped model).
+    ``max_num_batched_tokens`` rows, tunes all buckets at start-up: about 0.27 s per distinct layer shape on the
+    H200 (vLLM's profile run of a Llama-3-8B-shaped model, 4 shapes: 2.05 s instead of 0.95 s; logged at INFO).
     Without it a bucket is tuned the first time a request reaches it: in the serving benchmark at 8050a45
-    (bench/results/serving-llama8b-8050a45.md) the prefill buckets 1024-4096 were first seen at concurrency 16,
-    where mean / p99 TTFT were 1.77x / 2.29x bf16's, against 1.11x / 1.10x at concurrency 64 with every bucket
-    already tuned. Nothing happens under graph capture, with CUDA_EXL3_AUTOTUNE=0, in deterministic mode (the
-    cost model needs no timing) or with CUDA_EXL3_AUTOTUNE_PRIME=0.
+    (bench/results/serving-llama8b-8050a45.md) mean / p99 TTFT at concurrency 16 were 1.77x / 2.29x bf16's,
+    against 1.11x / 1.10x at concurrency 64 on the same server, whose prefill buckets were tuned by then.
+    Nothing happens under graph capture, with CUDA_EXL3_AUTOTUNE=0 or CUDA_EXL3_AUTOTUNE_PRIME=0, in deterministic
+    mode (the cost model needs no timing), or when CUDA_EXL3_PATH, _BM or _SPLIT pins the plan (the pins would
+    override whatever the timing chose).
     """
     if (torch.cuda.is_current_stream_capturing() or not env.get_bool("AUTOTUNE", True)
-            or not env.get_bool("AUTOTUNE_PRIME", True) or env.get_bool("DETERMINISTIC")):
+            or not env.get_bool("AUTOTUNE_PRIME", True) or env.get_bool("DETERMINISTIC")
+            or any(env.get(v) for v in ("PATH", "BM", "SPLIT"))):
         return 0
     tuned = 0
+    t0 = time.perf_counter()
     b = m_bucket(m) // 2  # < m always: m > m_bucket(m) / 2
     while b >= 1:
-        if (shape, b, dtype, device, False) not in _cache:
+        if _key(shape, b, dtype, device, False) not in _cache:
             choose(shape, b, dtype, device, acc_capacity, built_bm, lambda p, rows=b: run_rows(p, rows))
             tuned += 1
         b //= 2
+    if tuned:
+        _log.info("exl3 autotune: primed %d m buckets below %d of %s in %.2f s", tuned, m_bucket(m), shape,
+                  time.perf_counter() - t0)
     return tuned
 
 
 def is_cached(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device) -> bool:
     """Whether the plan of this (shape, m bucket, dtype, device) in the current deterministic mode is cached."""
-    return (shape, m_bucket(m), dtype, device, env.get_bool("DETERMINISTIC")) in _cache
+    return _key(shape, m, dtype, device, env.get_bool("DETERMINISTIC")) in _cache
 
 
 def cached_plans() -> dict[tuple, Plan]:

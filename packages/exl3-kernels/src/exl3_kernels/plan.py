@@ -14,7 +14,7 @@ BM_TIERS = (16, 32, 64, 128)
 MIN_STAGES_PER_SPLIT = 4  # k rows per split >= 4 pipeline stages of 64 rows: below that the prologue dominates
 # Resident GEMM blocks per SM by BM tier: the __launch_bounds__ minimum of csrc/gemm/gemm_kernel.cuh
 # (GemmOccupancy), which caps registers so that this many 256-thread blocks fit.
-BLOCKS_PER_SM = {16: 4, 32: 4, 64: 3, 128: 2}
+BLOCKS_PER_SM = {16: 4, 32: 3, 64: 3, 128: 2}
 
 
 @dataclass(frozen=True)

@@ -124,19 +124,30 @@ def test_layer_op_odd_m_autotuned(m, dtype):
 
 
 def test_first_call_primes_the_smaller_buckets(monkeypatch):
-    """The first call at m = 300 (bucket 512) also tunes buckets 256 .. 1 on its first rows; a later call in a
-    primed bucket uses the cached plan and is still right."""
+    """The first call at m = 300 (bucket 512) also tunes buckets 256 .. 1, each timed on the first b rows of the
+    call's input; a later call in a primed bucket uses the cached plan and is still right."""
+    from exl3_kernels import linear as linear_mod
+
     for v in ("DETERMINISTIC", "AUTOTUNE", "AUTOTUNE_PRIME", "PATH", "BM", "SPLIT"):
         monkeypatch.delenv(f"CUDA_EXL3_{v}", raising=False)
     cb = "mcg" if compiled(1, 8) else "mul1"
     trellis, suh, svh, bias = random_layer(2048, [1024], [8], seed=5, bias=True)
     layer = Exl3Layer(trellis, suh, svh, cb, bias)
+    rows_run: list[int] = []
+    run_plan = linear_mod._run_plan
+
+    def recording_run_plan(plan, x2, *args):
+        rows_run.append(x2.shape[0])
+        return run_plan(plan, x2, *args)
+
+    monkeypatch.setattr(linear_mod, "_run_plan", recording_run_plan)
     autotune.clear()
     x = torch.randn(300, 2048, device="cuda", dtype=torch.float16)
     y = exl3_linear(x, layer)
     assert rel_err(y, reference_forward(x, trellis, suh, svh, bias, cb)) < TOL[torch.float16]
     buckets = sorted(key[1] for key in autotune.cached_plans())
     assert buckets == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], buckets
+    assert sorted(set(rows_run)) == [1, 2, 4, 8, 16, 32, 64, 128, 256, 300], sorted(set(rows_run))
     x5 = torch.randn(5, 2048, device="cuda", dtype=torch.float16)
     y5 = exl3_linear(x5, layer)
     assert rel_err(y5, reference_forward(x5, trellis, suh, svh, bias, cb)) < TOL[torch.float16]
