@@ -142,8 +142,15 @@ __device__ __forceinline__ void reconstruct_n_row(const ReconstructParams& p, co
   }
 }
 
+// Resident blocks per SM asked of ptxas: 2 (96-102 registers, no spills; 13.7 of 16 warps active in ncu,
+// profiles/ncu-reconstruct_n-8050a45.txt). EXL3_RECONSTRUCT_N_MIN_BLOCKS=3 (80 registers, 16 bytes of spill in
+// some instances) is the A/B build for the next measurement (docs/device-workflow.md, pending list).
+#ifndef EXL3_RECONSTRUCT_N_MIN_BLOCKS
+#define EXL3_RECONSTRUCT_N_MIN_BLOCKS 2
+#endif
 template <int CB, bool kBf16>
-__global__ void __launch_bounds__(256, 2) reconstruct_n_kernel(const __grid_constant__ ReconstructParams p) {
+__global__ void __launch_bounds__(256, EXL3_RECONSTRUCT_N_MIN_BLOCKS)
+    reconstruct_n_kernel(const __grid_constant__ ReconstructParams p) {
   const GemmShard& sh = p.shard[shard_of(p.shard, p.num_shards, p.col_begin + blockIdx.y * 128)];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   dispatch_k2<CB>(sh.K2, [&](auto k2) { reconstruct_n_row<CB, decltype(k2)::value, kBf16>(p, sh, lane, warp); });
