@@ -8,13 +8,15 @@
 //
 // Method: every warp runs kChains independent accumulator chains (one mma each per step) so that the
 // instruction latency is covered, with 8 warps per block and 4 blocks per SM in one wave; operands stay in
-// registers (no memory traffic in the loop). Timed with CUDA events over 5 runs after a warm-up, best run kept.
+// registers (no memory traffic in the loop). Timed by peak_timing.cuh (best of 5 after a warm-up).
 // Measured on the H200 (bench/results/profiles/mma-peak-h200.json, version of a406789, chains started at zero):
 // 645 TFLOP/s for both input types, against 778-793 TFLOP/s for cuBLAS bf16 (wgmma) in the same sessions.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstdio>
+
+#include "peak_timing.cuh"
 
 namespace {
 
@@ -61,22 +63,7 @@ __global__ void __launch_bounds__(kThreads) mma_loop(float* out, int iters) {
 template <bool BF16>
 double tflops(int sms, float* out) {
   const int blocks = sms * 4, iters = 4096;
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  mma_loop<BF16><<<blocks, kThreads>>>(out, iters);  // warm-up (clocks, instruction cache)
-  float best_ms = 1e30f;
-  for (int r = 0; r < 5; ++r) {
-    cudaEventRecord(e0);
-    mma_loop<BF16><<<blocks, kThreads>>>(out, iters);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0.f;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (ms < best_ms) best_ms = ms;
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  const float best_ms = best_of_5_ms([&] { mma_loop<BF16><<<blocks, kThreads>>>(out, iters); });
   const double flops = 2.0 * 16 * 8 * 16 * (double)kChains * iters * (kThreads / 32) * blocks;
   return flops / (best_ms * 1e-3) / 1e12;
 }

@@ -12,11 +12,13 @@
 // zero-filled shared memory (the values do not change the rate; zeros may draw less power, so it is a ceiling)
 // described without swizzle (PTX ISA "Matrix Descriptor Format": start address >> 4 in bits 0-13, leading-dimension
 // byte offset >> 4 in bits 16-29, stride-dimension byte offset >> 4 in bits 32-45, swizzle mode 0 in bits 62-63).
-// The accumulator is summed and stored so nothing is dead. Timed with CUDA events over 5 runs after a warm-up.
+// The accumulator is summed and stored so nothing is dead. Timed by peak_timing.cuh (best of 5 after a warm-up).
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstdio>
+
+#include "peak_timing.cuh"
 
 namespace {
 
@@ -107,20 +109,7 @@ int main() {
   float* out = nullptr;
   cudaMalloc(&out, sizeof(float) * prop.multiProcessorCount * kThreads);
   const int blocks = prop.multiProcessorCount, iters = 2048;
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  wgmma_loop<<<blocks, kThreads>>>(out, iters);  // warm-up
-  float best_ms = 1e30f;
-  for (int r = 0; r < 5; ++r) {
-    cudaEventRecord(e0);
-    wgmma_loop<<<blocks, kThreads>>>(out, iters);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0.f;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (ms < best_ms) best_ms = ms;
-  }
+  const float best_ms = best_of_5_ms([&] { wgmma_loop<<<blocks, kThreads>>>(out, iters); });
   const cudaError_t err = cudaDeviceSynchronize();
   if (err != cudaSuccess) {
     std::fprintf(stderr, "wgmma_peak: %s\n", cudaGetErrorString(err));
@@ -131,7 +120,5 @@ int main() {
               "\"warpgroups_per_sm\": 2}\n",
               prop.name, prop.multiProcessorCount, flops / (best_ms * 1e-3) / 1e12, kBatch);
   cudaFree(out);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   return 0;
 }
