@@ -103,7 +103,7 @@ int fill_shards(exl3::GemmShard* sh, const std::vector<Tensor>& trellis, const s
   return col;
 }
 
-Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::optional<at::ScalarType> out_dtype) {
+Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::optional<at::ScalarType> out_dtype, bool lohi) {
   TORCH_CHECK(x.is_cuda() && x.dim() == 2, "exl3_kernels.input_transform: x must be a 2-D CUDA tensor, got ", x.sizes(), " on ", x.device());
   TORCH_CHECK(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16,
               "exl3_kernels.input_transform: x must be fp16 or bf16, got ", x.scalar_type());
@@ -132,7 +132,9 @@ Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::opt
   TORCH_CHECK(xh_dtype == at::kHalf || xh_dtype == at::kBFloat16,
               "exl3_kernels.input_transform: out_dtype must be fp16 or bf16, got ", xh_dtype);
   p.xh_bf16 = xh_dtype == at::kBFloat16;
-  Tensor xh = at::empty({S, m, k}, x.options().dtype(xh_dtype));
+  TORCH_CHECK(!lohi || xh_dtype == at::kHalf, "exl3_kernels.input_transform: the lohi layout (the GEMM's lohi variant) is fp16 only");
+  p.xh_lohi = lohi ? 1 : 0;
+  Tensor xh = at::empty({S, m, lohi ? 2 * k : k}, x.options().dtype(xh_dtype));
   p.xh = reinterpret_cast<uint16_t*>(xh.data_ptr());
   if (m > 0) check_cuda(exl3::launch_input_transform(p, c10::cuda::getCurrentCUDAStream(x.device().index()).stream()), "input_transform launch");
   return xh;
@@ -140,19 +142,22 @@ Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::opt
 
 Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh,
             const std::optional<Tensor>& bias, int64_t codebook, int64_t bm, int64_t split, const Tensor& acc,
-            at::ScalarType out_dtype, bool pdl) {
+            at::ScalarType out_dtype, bool pdl, bool lohi) {
   TORCH_CHECK(xh.is_cuda() && xh.dim() == 3 && xh.scalar_type() == at::kHalf && xh.is_contiguous(),
               "exl3_kernels.gemm: xh must be contiguous fp16 [shards, m, k] on CUDA, got ", xh.scalar_type(), " ", xh.sizes());
   TORCH_CHECK(out_dtype == at::kHalf || out_dtype == at::kBFloat16, "exl3_kernels.gemm: out_dtype must be fp16 or bf16, got ", out_dtype);
-  TORCH_CHECK(exl3::gemm_instance_built(static_cast<int>(codebook), static_cast<int>(bm)),
-              "exl3_kernels.gemm: no kernel instance for codebook ", codebook, " and BM ", bm, " in this build");
-  const int64_t S = xh.size(0), m = xh.size(1), k = xh.size(2);
+  TORCH_CHECK(exl3::gemm_instance_built(static_cast<int>(codebook), static_cast<int>(bm), lohi),
+              "exl3_kernels.gemm: no kernel instance for codebook ", codebook, ", BM ", bm, lohi ? " and lohi" : "",
+              " in this build (see built_instances())");
+  // the lohi variant reads xh in the lohi layout of input_transform(..., lohi=True): 2k columns per row
+  TORCH_CHECK(!lohi || xh.size(2) % 2 == 0, "exl3_kernels.gemm: lohi xh must have 2k columns, got ", xh.size(2));
+  const int64_t S = xh.size(0), m = xh.size(1), k = lohi ? xh.size(2) / 2 : xh.size(2);
   TORCH_CHECK(static_cast<int64_t>(trellis.size()) == S, "exl3_kernels.gemm: xh has ", S, " shards, trellis list has ", trellis.size());
   c10::cuda::CUDAGuard guard(xh.device());
   exl3::GemmParams p{};
   const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, xh);
   check_aligned(xh, 16, "gemm", "xh");
-  for (int64_t i = 0; i < S; ++i) p.shard[i].xh = reinterpret_cast<const uint16_t*>(xh.data_ptr()) + i * m * k;
+  for (int64_t i = 0; i < S; ++i) p.shard[i].xh = reinterpret_cast<const uint16_t*>(xh.data_ptr()) + i * m * xh.size(2);
   p.num_shards = static_cast<int>(S);
   p.m = static_cast<int>(m);
   p.k = static_cast<int>(k);
@@ -176,7 +181,8 @@ Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vec
   p.y_bf16 = out_dtype == at::kBFloat16;
   p.pdl = pdl && device_has_pdl(xh.device()) ? 1 : 0;
   if (m > 0)
-    check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), static_cast<int>(bm), c10::cuda::getCurrentCUDAStream(xh.device().index()).stream()),
+    check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), static_cast<int>(bm), lohi,
+                                 c10::cuda::getCurrentCUDAStream(xh.device().index()).stream()),
                "gemm launch");
   return y;
 }
@@ -354,18 +360,21 @@ void decode_lut(Tensor& out, int64_t codebook) {
 
 int64_t compiled_k2_mask() { return static_cast<int64_t>(exl3::kK2Mask); }
 
+// GEMM instances as lohi * 100000 + codebook * 1000 + BM (the plain instances keep their old codes).
 std::vector<int64_t> built_instances() {
   std::vector<int64_t> r;
-  for (int cb = 0; cb < 3; ++cb)
-    for (int bm : {16, 32, 64, 128, 256})
-      if (exl3::gemm_instance_built(cb, bm)) r.push_back(cb * 1000 + bm);
+  for (int lohi = 0; lohi <= 1; ++lohi)
+    for (int cb = 0; cb < 3; ++cb)
+      for (int bm : {16, 32, 64, 128, 256})
+        if (exl3::gemm_instance_built(cb, bm, lohi != 0)) r.push_back(lohi * 100000 + cb * 1000 + bm);
   return r;
 }
 
 }  // namespace
 
 TORCH_LIBRARY(exl3_kernels, m) {
-  m.def("input_transform(Tensor x, Tensor[] suh, ScalarType? out_dtype=None) -> Tensor");
+  // lohi: write xh in the layout of the GEMM's lohi variant ([S, m, 2k], every value twice; gemm_kernel.cuh).
+  m.def("input_transform(Tensor x, Tensor[] suh, ScalarType? out_dtype=None, bool lohi=False) -> Tensor");
   // `acc` is the process-wide split-k accumulator. The op adds partial sums into it and its epilogue
   // kernel sets every touched element back to zero, so it leaves `acc` exactly as it found it (all
   // zero). It is declared immutable on purpose: marking it Tensor(a!) would make functionalization
@@ -373,7 +382,7 @@ TORCH_LIBRARY(exl3_kernels, m) {
   // `pdl`: launch with programmatic dependent launch on sm_90+; the kernel launched just before on the stream (the
   // input transform in linear.py) must not write the trellis, which the GEMM prefetches before it waits.
   m.def("gemm(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int bm, int split, Tensor acc, "
-        "ScalarType out_dtype, bool pdl=False) -> Tensor");
+        "ScalarType out_dtype, bool pdl=False, bool lohi=False) -> Tensor");
   // `acc` as in gemm: read, then re-zeroed (left as the workspace contract wants it), hence immutable.
   m.def("output_transform(Tensor acc, Tensor[] svh, Tensor? bias, int m, ScalarType out_dtype) -> Tensor");
   m.def("reconstruct(Tensor[] trellis, Tensor[] suh, Tensor[] svh, int codebook, int col_begin, int col_end, "
