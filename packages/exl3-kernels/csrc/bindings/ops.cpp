@@ -187,23 +187,38 @@ Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vec
   return y;
 }
 
-// Shared by reconstruct (allocating) and reconstruct_out (into a caller-owned workspace).
-void reconstruct_into(Tensor& w, const std::vector<Tensor>& trellis, const std::vector<Tensor>& suh,
-                      const std::vector<Tensor>& svh, int64_t codebook, int64_t col_begin, int64_t col_end, bool transform) {
-  TORCH_CHECK(!trellis.empty(), "exl3_kernels.reconstruct: no trellis tensors");
+// Checks and parameters shared by the reconstruct ops: trellis tensors on CUDA, k % 128 == 0, the shards
+// (fill_shards), a 128-aligned column range inside [0, n_total] (col_end < 0: n_total, for all three ops). Fills p.shard,
+// num_shards, k, col_begin and col_end and returns k. No CUDA call: the caller sets the device guard afterwards.
+int64_t reconstruct_setup(exl3::ReconstructParams& p, const char* op, const std::vector<Tensor>& trellis,
+                          const std::vector<Tensor>& svh, int64_t codebook, int64_t col_begin, int64_t& col_end) {
+  TORCH_CHECK(!trellis.empty() && trellis[0].dim() == 3, "exl3_kernels.", op, ": no (3-D) trellis tensors");
   const Tensor& ref = trellis[0];
-  TORCH_CHECK(ref.is_cuda(), "exl3_kernels.reconstruct: tensors must be on CUDA, got ", ref.device());
-  const at::ScalarType dtype = w.scalar_type();
-  TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "exl3_kernels.reconstruct: dtype must be fp16 or bf16, got ", dtype);
+  TORCH_CHECK(ref.is_cuda(), "exl3_kernels.", op, ": tensors must be on CUDA, got ", ref.device());
   const int64_t k = ref.size(0) * 16;
-  TORCH_CHECK(k % 128 == 0, "exl3_kernels.reconstruct: k = ", k, " (trellis[0] has ", ref.size(0),
+  TORCH_CHECK(k % 128 == 0, "exl3_kernels.", op, ": k = ", k, " (trellis[0] has ", ref.size(0),
               " tile rows) is not a multiple of 128");
-  c10::cuda::CUDAGuard guard(ref.device());
-  exl3::ReconstructParams p{};
   const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, ref);
   if (col_end < 0) col_end = n_total;
   TORCH_CHECK(col_begin >= 0 && col_begin <= col_end && col_end <= n_total && col_begin % 128 == 0 && col_end % 128 == 0,
-              "exl3_kernels.reconstruct: column range [", col_begin, ", ", col_end, ") must be 128-aligned inside [0, ", n_total, "]");
+              "exl3_kernels.", op, ": column range [", col_begin, ", ", col_end, ") must be 128-aligned inside [0, ", n_total,
+              "]");
+  p.num_shards = static_cast<int>(trellis.size());
+  p.k = static_cast<int>(k);
+  p.col_begin = static_cast<int>(col_begin);
+  p.col_end = static_cast<int>(col_end);
+  return k;
+}
+
+// Shared by reconstruct (allocating) and reconstruct_out (into a caller-owned workspace).
+void reconstruct_into(Tensor& w, const std::vector<Tensor>& trellis, const std::vector<Tensor>& suh,
+                      const std::vector<Tensor>& svh, int64_t codebook, int64_t col_begin, int64_t col_end, bool transform) {
+  const at::ScalarType dtype = w.scalar_type();
+  TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "exl3_kernels.reconstruct: dtype must be fp16 or bf16, got ", dtype);
+  exl3::ReconstructParams p{};
+  const int64_t k = reconstruct_setup(p, "reconstruct", trellis, svh, codebook, col_begin, col_end);
+  const Tensor& ref = trellis[0];
+  c10::cuda::CUDAGuard guard(ref.device());
   TORCH_CHECK(w.is_contiguous() && w.dim() == 2 && w.size(0) == k && w.size(1) == col_end - col_begin && w.device() == ref.device(),
               "exl3_kernels.reconstruct: out must be contiguous [", k, ", ", col_end - col_begin, "] on ", ref.device(), ", got ", w.sizes());
   TORCH_CHECK(static_cast<int64_t>(suh.size()) == static_cast<int64_t>(trellis.size()), "exl3_kernels.reconstruct: ", trellis.size(),
@@ -214,10 +229,6 @@ void reconstruct_into(Tensor& w, const std::vector<Tensor>& trellis, const std::
                 "exl3_kernels.reconstruct: suh[", i, "] must be contiguous fp16 [", k, "], got ", s.scalar_type(), " ", s.sizes());
     p.suh[i] = reinterpret_cast<const uint16_t*>(s.data_ptr());
   }
-  p.num_shards = static_cast<int>(trellis.size());
-  p.k = static_cast<int>(k);
-  p.col_begin = static_cast<int>(col_begin);
-  p.col_end = static_cast<int>(col_end);
   p.transform = transform ? 1 : 0;
   check_aligned(w, 8, "reconstruct", "w");
   p.w = w.data_ptr();
@@ -290,27 +301,15 @@ void reconstruct_out(Tensor& out, const std::vector<Tensor>& trellis, const std:
 // weight operand of the reconstruct_act path (cuBLAS multiplies by its transpose view).
 void reconstruct_t_out(Tensor& out, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh, int64_t codebook,
                        int64_t col_begin, int64_t col_end) {
-  TORCH_CHECK(!trellis.empty() && trellis[0].dim() == 3, "exl3_kernels.reconstruct_t_out: no (3-D) trellis tensors");
-  const Tensor& ref = trellis[0];
-  TORCH_CHECK(ref.is_cuda(), "exl3_kernels.reconstruct_t_out: tensors must be on CUDA, got ", ref.device());
-  const int64_t k = ref.size(0) * 16;
-  TORCH_CHECK(k % 128 == 0, "exl3_kernels.reconstruct_t_out: k = ", k, " (trellis[0] has ", ref.size(0),
-              " tile rows) is not a multiple of 128");
-  c10::cuda::CUDAGuard guard(ref.device());
   exl3::ReconstructParams p{};
-  const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, ref);
-  TORCH_CHECK(col_begin >= 0 && col_begin <= col_end && col_end <= n_total && col_begin % 128 == 0 && col_end % 128 == 0,
-              "exl3_kernels.reconstruct_t_out: column range [", col_begin, ", ", col_end, ") must be 128-aligned inside [0, ",
-              n_total, "]");
+  const int64_t k = reconstruct_setup(p, "reconstruct_t_out", trellis, svh, codebook, col_begin, col_end);
+  const Tensor& ref = trellis[0];
+  c10::cuda::CUDAGuard guard(ref.device());
   TORCH_CHECK(out.scalar_type() == at::kHalf && out.is_contiguous() && out.dim() == 2 && out.size(0) == col_end - col_begin &&
                   out.size(1) == k && out.device() == ref.device(),
               "exl3_kernels.reconstruct_t_out: out must be contiguous fp16 [", col_end - col_begin, ", ", k, "] on ", ref.device(),
               ", got ", out.scalar_type(), " ", out.sizes(), " on ", out.device());
   check_aligned(out, 8, "reconstruct_t_out", "out");  // 8-byte stores (4 fp16 along k)
-  p.num_shards = static_cast<int>(trellis.size());
-  p.k = static_cast<int>(k);
-  p.col_begin = static_cast<int>(col_begin);
-  p.col_end = static_cast<int>(col_end);
   p.w = out.data_ptr();
   check_cuda(exl3::launch_reconstruct_t(p, static_cast<int>(codebook), c10::cuda::getCurrentCUDAStream(ref.device().index()).stream()),
              "reconstruct_t launch");
@@ -320,28 +319,16 @@ void reconstruct_t_out(Tensor& out, const std::vector<Tensor>& trellis, const st
 // the weight of the reconstruct_n path (output transform folded in; the input transform stays on the activations).
 void reconstruct_n_out(Tensor& out, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh, int64_t codebook,
                        int64_t col_begin, int64_t col_end) {
-  TORCH_CHECK(!trellis.empty() && trellis[0].dim() == 3, "exl3_kernels.reconstruct_n_out: no (3-D) trellis tensors");
-  const Tensor& ref = trellis[0];
-  TORCH_CHECK(ref.is_cuda(), "exl3_kernels.reconstruct_n_out: tensors must be on CUDA, got ", ref.device());
-  const int64_t k = ref.size(0) * 16;
-  TORCH_CHECK(k % 128 == 0, "exl3_kernels.reconstruct_n_out: k = ", k, " (trellis[0] has ", ref.size(0),
-              " tile rows) is not a multiple of 128");
-  c10::cuda::CUDAGuard guard(ref.device());
   exl3::ReconstructParams p{};
-  const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, ref);
-  TORCH_CHECK(col_begin >= 0 && col_begin <= col_end && col_end <= n_total && col_begin % 128 == 0 && col_end % 128 == 0,
-              "exl3_kernels.reconstruct_n_out: column range [", col_begin, ", ", col_end, ") must be 128-aligned inside [0, ",
-              n_total, "]");
+  const int64_t k = reconstruct_setup(p, "reconstruct_n_out", trellis, svh, codebook, col_begin, col_end);
+  const Tensor& ref = trellis[0];
+  c10::cuda::CUDAGuard guard(ref.device());
   const at::ScalarType dtype = out.scalar_type();
   TORCH_CHECK((dtype == at::kHalf || dtype == at::kBFloat16) && out.is_contiguous() && out.dim() == 2 && out.size(0) == k &&
                   out.size(1) == col_end - col_begin && out.device() == ref.device(),
               "exl3_kernels.reconstruct_n_out: out must be contiguous fp16/bf16 [", k, ", ", col_end - col_begin, "] on ",
               ref.device(), ", got ", out.scalar_type(), " ", out.sizes(), " on ", out.device());
   check_aligned(out, 8, "reconstruct_n_out", "out");  // 8-byte stores (4 columns)
-  p.num_shards = static_cast<int>(trellis.size());
-  p.k = static_cast<int>(k);
-  p.col_begin = static_cast<int>(col_begin);
-  p.col_end = static_cast<int>(col_end);
   p.w = out.data_ptr();
   p.w_bf16 = dtype == at::kBFloat16;
   check_cuda(exl3::launch_reconstruct_n(p, static_cast<int>(codebook), c10::cuda::getCurrentCUDAStream(ref.device().index()).stream()),
