@@ -47,8 +47,9 @@ def _variant_table() -> tuple[list[tuple[int, int, int]], tuple[int, ...]]:
     mode = _env("CUDA_EXL3_INSTANTIATIONS", "full")
     if mode == "reduced":
         cbs = REDUCED["codebooks"]
-        return ([(cb, bm, 0) for cb in cbs for bm in REDUCED["bm"]]
-                + [(cb, 16, 1) for cb in cbs if cb in LOHI["codebooks"]]), REDUCED["k2"]
+        plain = [(cb, bm, 0) for cb in cbs for bm in REDUCED["bm"]]
+        lohi = [(cb, bm, 1) for cb in cbs if cb in LOHI["codebooks"] for bm in LOHI["bm"] if bm in REDUCED["bm"]]
+        return plain + lohi, REDUCED["k2"]
     if mode != "full":
         raise SystemExit(f"CUDA_EXL3_INSTANTIATIONS must be 'full' or 'reduced', got {mode!r}")
     return ([(cb, bm, 0) for cb in CODEBOOKS for bm in BM_TIERS]

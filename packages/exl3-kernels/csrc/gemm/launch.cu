@@ -40,7 +40,6 @@ bool gemm_instance_built(int codebook, int bm, bool lohi) {
   return false;
 }
 
-int gemm_smem_bytes(int bm, int K2) { return gemm_smem_bytes_for(bm, K2); }
 
 cudaError_t launch_gemm(const GemmParams& p, int codebook, int bm, bool lohi, cudaStream_t stream) {
   cudaError_t e = cudaErrorInvalidValue;

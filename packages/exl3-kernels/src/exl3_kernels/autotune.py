@@ -70,7 +70,9 @@ def sm_count(device: torch.device) -> int:
     return _sm_count[i]
 
 
-def _apply_pins(p: Plan) -> Plan:
+def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = ()) -> Plan:
+    """The plan with the env pins applied. CUDA_EXL3_LOHI=1 turns the lohi variant on wherever this layer has an
+    instance for the (pinned) plan (the gemm path at a BM in ``lohi_bm``: BM16, 3inst / mcg), =0 off everywhere."""
     path, bm, split = env.get("PATH"), env.get_int("BM"), env.get_int("SPLIT")
     lohi = env.get("LOHI")
     if path:
@@ -82,7 +84,7 @@ def _apply_pins(p: Plan) -> Plan:
     if split is not None:
         p = replace(p, split=split)
     if lohi:
-        p = replace(p, lohi=env.get_bool("LOHI"))
+        p = replace(p, lohi=env.get_bool("LOHI") and p.path == "gemm" and p.bm in lohi_bm)
     return p
 
 
@@ -148,7 +150,7 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
             _log.debug("exl3 autotune %s m=%d: %s; finalists %s -> %s", shape, m,
                        ", ".join(f"{c} {1000.0 * t:.1f} us" for c, t in sorted(first.items(), key=lambda kv: kv[1])),
                        ", ".join(f"{c} {1000.0 * final[c]:.1f} us" for c in finalists), plan)
-    return _apply_pins(plan)
+    return _apply_pins(plan, lohi_bm)
 
 
 def prime_smaller_buckets(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,

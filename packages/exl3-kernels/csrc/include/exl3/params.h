@@ -77,6 +77,5 @@ cudaError_t launch_reconstruct_t(const ReconstructParams& p, int codebook, cudaS
 cudaError_t launch_reconstruct_n(const ReconstructParams& p, int codebook, cudaStream_t stream);
 cudaError_t launch_decode_lut(uint16_t* out, int codebook, cudaStream_t stream);
 bool gemm_instance_built(int codebook, int bm, bool lohi);
-int gemm_smem_bytes(int bm, int K2);
 
 }  // namespace exl3
