@@ -37,6 +37,14 @@ def main() -> int:
             e = ((y.float() - ref).norm() / ref.norm()).item()
             worst = max(worst, e)
             print(f"gemm m={m} bm={bm} split={split}: rel err {e:.2e}")
+        if (cb, 16) in _ops.built_instances(lohi=True):  # the variant that leaves lo + hi to the tensor core
+            xl = _ops.input_transform(x, suh, lohi=True)
+            for split in (1, 2):
+                acc = workspace.splitk_acc(x.device) if split > 1 else xl
+                y = _ops.gemm(xl, trellis, svh, bias, cb, 16, split, acc, torch.bfloat16, lohi=True)
+                e = ((y.float() - ref).norm() / ref.norm()).item()
+                worst = max(worst, e)
+                print(f"gemm lohi m={m} bm=16 split={split}: rel err {e:.2e}")
         w = _ops.reconstruct(trellis, suh, svh, cb, dtype=torch.bfloat16)
         e = (((x @ w).float() + bias - ref).norm() / ref.norm()).item()
         print(f"reconstruct m={m}: rel err {e:.2e}")

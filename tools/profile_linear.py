@@ -68,6 +68,19 @@ def main():
                     continue
                 t = graph_time_us([lambda L=L: _ops.gemm(xh, L.trellis, L.svh, None, a.cb, bm, split, acc, x.dtype) for L in Ls])
                 rows.append(f"  gemm bm={bm} split={split}: {t:.1f} us")
+        lohi_bms = ([b for c, b in _ops.built_instances(lohi=True) if c == a.cb]
+                    if "lohi" in _ops.built_instances.__code__.co_varnames else [])  # from gemm-lohi on
+        if lohi_bms:
+            xl = _ops.input_transform(x, Ls[0].suh, lohi=True)
+            t_in_l = graph_time_us([lambda L=L: _ops.input_transform(x, L.suh, lohi=True) for L in Ls])
+            rows.append(f"  input_transform (lohi layout) {t_in_l:.1f} us")
+        for bm in lohi_bms:
+            for split in (1, 2, 4, 8, 16):
+                if split > 1 and m * a.n > workspace.splitk_capacity():
+                    continue
+                t = graph_time_us([lambda L=L: _ops.gemm(xl, L.trellis, L.svh, None, a.cb, bm, split, acc, x.dtype,
+                                                         lohi=True) for L in Ls])
+                rows.append(f"  gemm bm={bm} lohi split={split}: {t:.1f} us")
         t_rc = graph_time_us([lambda L=L: _ops.reconstruct(L.trellis, L.suh, L.svh, a.cb, dtype=x.dtype) for L in Ls])
         t_rc0 = graph_time_us([lambda L=L: _ops.reconstruct(L.trellis, L.suh, L.svh, a.cb, dtype=x.dtype, transform=False) for L in Ls])
         if hasattr(torch.ops.exl3_kernels, "reconstruct_t_out"):  # libraries from bc3eef7 on

@@ -186,3 +186,27 @@ def test_blocks_per_sm_matches_the_kernel_launch_bounds():
     for bm, v in defaults.items():
         assert BLOCKS_PER_SM[bm] == v, (bm, BLOCKS_PER_SM[bm], v)
     assert re.search(r"BM <= 64 \? EXL3_GEMM_MIN_BLOCKS_BM64 : 2\)", src) and BLOCKS_PER_SM[128] == 2
+
+
+def test_lohi_candidates_and_pin(monkeypatch):
+    """The lohi variant is offered for the tiers that have it, with the plain tier's splits; CUDA_EXL3_LOHI=1 sets
+    it only where an instance exists (gemm path, BM in lohi_bm) and =0 clears it."""
+    from exl3_kernels import autotune
+
+    for v in ("PATH", "BM", "SPLIT", "LOHI"):
+        monkeypatch.delenv(f"CUDA_EXL3_{v}", raising=False)
+    shape = LayerShape(4096, (11008,), (8,), 1)
+    base = candidates(shape, 4, 132, ACC)
+    with_lohi = candidates(shape, 4, 132, ACC, lohi_bm=(16,))
+    extra = [p for p in with_lohi if p not in base]
+    assert extra and all(p.path == "gemm" and p.bm == 16 and p.lohi for p in extra)
+    assert sorted(p.split for p in extra) == sorted(p.split for p in base if p.path == "gemm" and p.bm == 16)
+    assert str(extra[0]).endswith(",lohi)") and str(Plan("gemm", 16, 2)) == "gemm(bm=16,split=2)"
+    assert candidates(shape, 200, 132, ACC, lohi_bm=(16,)) == candidates(shape, 200, 132, ACC)  # BM16 not a tier there
+    monkeypatch.setenv("CUDA_EXL3_LOHI", "1")
+    assert autotune._apply_pins(Plan("gemm", 16, 4), (16,)).lohi
+    assert not autotune._apply_pins(Plan("gemm", 32, 4), (16,)).lohi  # no BM32 lohi instance
+    assert not autotune._apply_pins(Plan("gemm", 16, 4), ()).lohi  # e.g. mul1: none at all
+    assert not autotune._apply_pins(Plan("reconstruct"), (16,)).lohi
+    monkeypatch.setenv("CUDA_EXL3_LOHI", "0")
+    assert not autotune._apply_pins(Plan("gemm", 16, 4, lohi=True), (16,)).lohi

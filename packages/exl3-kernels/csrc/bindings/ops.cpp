@@ -103,7 +103,7 @@ int fill_shards(exl3::GemmShard* sh, const std::vector<Tensor>& trellis, const s
   return col;
 }
 
-Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::optional<at::ScalarType> out_dtype) {
+Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::optional<at::ScalarType> out_dtype, bool lohi) {
   TORCH_CHECK(x.is_cuda() && x.dim() == 2, "exl3_kernels.input_transform: x must be a 2-D CUDA tensor, got ", x.sizes(), " on ", x.device());
   TORCH_CHECK(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16,
               "exl3_kernels.input_transform: x must be fp16 or bf16, got ", x.scalar_type());
@@ -132,7 +132,9 @@ Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::opt
   TORCH_CHECK(xh_dtype == at::kHalf || xh_dtype == at::kBFloat16,
               "exl3_kernels.input_transform: out_dtype must be fp16 or bf16, got ", xh_dtype);
   p.xh_bf16 = xh_dtype == at::kBFloat16;
-  Tensor xh = at::empty({S, m, k}, x.options().dtype(xh_dtype));
+  TORCH_CHECK(!lohi || xh_dtype == at::kHalf, "exl3_kernels.input_transform: the lohi layout (the GEMM's lohi variant) is fp16 only");
+  p.xh_lohi = lohi ? 1 : 0;
+  Tensor xh = at::empty({S, m, lohi ? 2 * k : k}, x.options().dtype(xh_dtype));
   p.xh = reinterpret_cast<uint16_t*>(xh.data_ptr());
   if (m > 0) check_cuda(exl3::launch_input_transform(p, c10::cuda::getCurrentCUDAStream(x.device().index()).stream()), "input_transform launch");
   return xh;
@@ -140,19 +142,22 @@ Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::opt
 
 Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh,
             const std::optional<Tensor>& bias, int64_t codebook, int64_t bm, int64_t split, const Tensor& acc,
-            at::ScalarType out_dtype, bool pdl) {
+            at::ScalarType out_dtype, bool pdl, bool lohi) {
   TORCH_CHECK(xh.is_cuda() && xh.dim() == 3 && xh.scalar_type() == at::kHalf && xh.is_contiguous(),
               "exl3_kernels.gemm: xh must be contiguous fp16 [shards, m, k] on CUDA, got ", xh.scalar_type(), " ", xh.sizes());
   TORCH_CHECK(out_dtype == at::kHalf || out_dtype == at::kBFloat16, "exl3_kernels.gemm: out_dtype must be fp16 or bf16, got ", out_dtype);
-  TORCH_CHECK(exl3::gemm_instance_built(static_cast<int>(codebook), static_cast<int>(bm)),
-              "exl3_kernels.gemm: no kernel instance for codebook ", codebook, " and BM ", bm, " in this build");
-  const int64_t S = xh.size(0), m = xh.size(1), k = xh.size(2);
+  TORCH_CHECK(exl3::gemm_instance_built(static_cast<int>(codebook), static_cast<int>(bm), lohi),
+              "exl3_kernels.gemm: no kernel instance for codebook ", codebook, ", BM ", bm, lohi ? " and lohi" : "",
+              " in this build (see built_instances())");
+  // the lohi variant reads xh in the lohi layout of input_transform(..., lohi=True): 2k columns per row
+  TORCH_CHECK(!lohi || xh.size(2) % 2 == 0, "exl3_kernels.gemm: lohi xh must have 2k columns, got ", xh.size(2));
+  const int64_t S = xh.size(0), m = xh.size(1), k = lohi ? xh.size(2) / 2 : xh.size(2);
   TORCH_CHECK(static_cast<int64_t>(trellis.size()) == S, "exl3_kernels.gemm: xh has ", S, " shards, trellis list has ", trellis.size());
   c10::cuda::CUDAGuard guard(xh.device());
   exl3::GemmParams p{};
   const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, xh);
   check_aligned(xh, 16, "gemm", "xh");
-  for (int64_t i = 0; i < S; ++i) p.shard[i].xh = reinterpret_cast<const uint16_t*>(xh.data_ptr()) + i * m * k;
+  for (int64_t i = 0; i < S; ++i) p.shard[i].xh = reinterpret_cast<const uint16_t*>(xh.data_ptr()) + i * m * xh.size(2);
   p.num_shards = static_cast<int>(S);
   p.m = static_cast<int>(m);
   p.k = static_cast<int>(k);
@@ -176,28 +181,44 @@ Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vec
   p.y_bf16 = out_dtype == at::kBFloat16;
   p.pdl = pdl && device_has_pdl(xh.device()) ? 1 : 0;
   if (m > 0)
-    check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), static_cast<int>(bm), c10::cuda::getCurrentCUDAStream(xh.device().index()).stream()),
+    check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), static_cast<int>(bm), lohi,
+                                 c10::cuda::getCurrentCUDAStream(xh.device().index()).stream()),
                "gemm launch");
   return y;
+}
+
+// Checks and parameters shared by the reconstruct ops: trellis tensors on CUDA, k % 128 == 0, the shards
+// (fill_shards), a 128-aligned column range inside [0, n_total] (col_end < 0: n_total, for all three ops). Fills p.shard,
+// num_shards, k, col_begin and col_end and returns k. No CUDA call: the caller sets the device guard afterwards.
+int64_t reconstruct_setup(exl3::ReconstructParams& p, const char* op, const std::vector<Tensor>& trellis,
+                          const std::vector<Tensor>& svh, int64_t codebook, int64_t col_begin, int64_t& col_end) {
+  TORCH_CHECK(!trellis.empty() && trellis[0].dim() == 3, "exl3_kernels.", op, ": no (3-D) trellis tensors");
+  const Tensor& ref = trellis[0];
+  TORCH_CHECK(ref.is_cuda(), "exl3_kernels.", op, ": tensors must be on CUDA, got ", ref.device());
+  const int64_t k = ref.size(0) * 16;
+  TORCH_CHECK(k % 128 == 0, "exl3_kernels.", op, ": k = ", k, " (trellis[0] has ", ref.size(0),
+              " tile rows) is not a multiple of 128");
+  const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, ref);
+  if (col_end < 0) col_end = n_total;
+  TORCH_CHECK(col_begin >= 0 && col_begin <= col_end && col_end <= n_total && col_begin % 128 == 0 && col_end % 128 == 0,
+              "exl3_kernels.", op, ": column range [", col_begin, ", ", col_end, ") must be 128-aligned inside [0, ", n_total,
+              "]");
+  p.num_shards = static_cast<int>(trellis.size());
+  p.k = static_cast<int>(k);
+  p.col_begin = static_cast<int>(col_begin);
+  p.col_end = static_cast<int>(col_end);
+  return k;
 }
 
 // Shared by reconstruct (allocating) and reconstruct_out (into a caller-owned workspace).
 void reconstruct_into(Tensor& w, const std::vector<Tensor>& trellis, const std::vector<Tensor>& suh,
                       const std::vector<Tensor>& svh, int64_t codebook, int64_t col_begin, int64_t col_end, bool transform) {
-  TORCH_CHECK(!trellis.empty(), "exl3_kernels.reconstruct: no trellis tensors");
-  const Tensor& ref = trellis[0];
-  TORCH_CHECK(ref.is_cuda(), "exl3_kernels.reconstruct: tensors must be on CUDA, got ", ref.device());
   const at::ScalarType dtype = w.scalar_type();
   TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "exl3_kernels.reconstruct: dtype must be fp16 or bf16, got ", dtype);
-  const int64_t k = ref.size(0) * 16;
-  TORCH_CHECK(k % 128 == 0, "exl3_kernels.reconstruct: k = ", k, " (trellis[0] has ", ref.size(0),
-              " tile rows) is not a multiple of 128");
-  c10::cuda::CUDAGuard guard(ref.device());
   exl3::ReconstructParams p{};
-  const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, ref);
-  if (col_end < 0) col_end = n_total;
-  TORCH_CHECK(col_begin >= 0 && col_begin <= col_end && col_end <= n_total && col_begin % 128 == 0 && col_end % 128 == 0,
-              "exl3_kernels.reconstruct: column range [", col_begin, ", ", col_end, ") must be 128-aligned inside [0, ", n_total, "]");
+  const int64_t k = reconstruct_setup(p, "reconstruct", trellis, svh, codebook, col_begin, col_end);
+  const Tensor& ref = trellis[0];
+  c10::cuda::CUDAGuard guard(ref.device());
   TORCH_CHECK(w.is_contiguous() && w.dim() == 2 && w.size(0) == k && w.size(1) == col_end - col_begin && w.device() == ref.device(),
               "exl3_kernels.reconstruct: out must be contiguous [", k, ", ", col_end - col_begin, "] on ", ref.device(), ", got ", w.sizes());
   TORCH_CHECK(static_cast<int64_t>(suh.size()) == static_cast<int64_t>(trellis.size()), "exl3_kernels.reconstruct: ", trellis.size(),
@@ -208,10 +229,6 @@ void reconstruct_into(Tensor& w, const std::vector<Tensor>& trellis, const std::
                 "exl3_kernels.reconstruct: suh[", i, "] must be contiguous fp16 [", k, "], got ", s.scalar_type(), " ", s.sizes());
     p.suh[i] = reinterpret_cast<const uint16_t*>(s.data_ptr());
   }
-  p.num_shards = static_cast<int>(trellis.size());
-  p.k = static_cast<int>(k);
-  p.col_begin = static_cast<int>(col_begin);
-  p.col_end = static_cast<int>(col_end);
   p.transform = transform ? 1 : 0;
   check_aligned(w, 8, "reconstruct", "w");
   p.w = w.data_ptr();
@@ -284,27 +301,15 @@ void reconstruct_out(Tensor& out, const std::vector<Tensor>& trellis, const std:
 // weight operand of the reconstruct_act path (cuBLAS multiplies by its transpose view).
 void reconstruct_t_out(Tensor& out, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh, int64_t codebook,
                        int64_t col_begin, int64_t col_end) {
-  TORCH_CHECK(!trellis.empty() && trellis[0].dim() == 3, "exl3_kernels.reconstruct_t_out: no (3-D) trellis tensors");
-  const Tensor& ref = trellis[0];
-  TORCH_CHECK(ref.is_cuda(), "exl3_kernels.reconstruct_t_out: tensors must be on CUDA, got ", ref.device());
-  const int64_t k = ref.size(0) * 16;
-  TORCH_CHECK(k % 128 == 0, "exl3_kernels.reconstruct_t_out: k = ", k, " (trellis[0] has ", ref.size(0),
-              " tile rows) is not a multiple of 128");
-  c10::cuda::CUDAGuard guard(ref.device());
   exl3::ReconstructParams p{};
-  const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, ref);
-  TORCH_CHECK(col_begin >= 0 && col_begin <= col_end && col_end <= n_total && col_begin % 128 == 0 && col_end % 128 == 0,
-              "exl3_kernels.reconstruct_t_out: column range [", col_begin, ", ", col_end, ") must be 128-aligned inside [0, ",
-              n_total, "]");
+  const int64_t k = reconstruct_setup(p, "reconstruct_t_out", trellis, svh, codebook, col_begin, col_end);
+  const Tensor& ref = trellis[0];
+  c10::cuda::CUDAGuard guard(ref.device());
   TORCH_CHECK(out.scalar_type() == at::kHalf && out.is_contiguous() && out.dim() == 2 && out.size(0) == col_end - col_begin &&
                   out.size(1) == k && out.device() == ref.device(),
               "exl3_kernels.reconstruct_t_out: out must be contiguous fp16 [", col_end - col_begin, ", ", k, "] on ", ref.device(),
               ", got ", out.scalar_type(), " ", out.sizes(), " on ", out.device());
   check_aligned(out, 8, "reconstruct_t_out", "out");  // 8-byte stores (4 fp16 along k)
-  p.num_shards = static_cast<int>(trellis.size());
-  p.k = static_cast<int>(k);
-  p.col_begin = static_cast<int>(col_begin);
-  p.col_end = static_cast<int>(col_end);
   p.w = out.data_ptr();
   check_cuda(exl3::launch_reconstruct_t(p, static_cast<int>(codebook), c10::cuda::getCurrentCUDAStream(ref.device().index()).stream()),
              "reconstruct_t launch");
@@ -314,28 +319,16 @@ void reconstruct_t_out(Tensor& out, const std::vector<Tensor>& trellis, const st
 // the weight of the reconstruct_n path (output transform folded in; the input transform stays on the activations).
 void reconstruct_n_out(Tensor& out, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh, int64_t codebook,
                        int64_t col_begin, int64_t col_end) {
-  TORCH_CHECK(!trellis.empty() && trellis[0].dim() == 3, "exl3_kernels.reconstruct_n_out: no (3-D) trellis tensors");
-  const Tensor& ref = trellis[0];
-  TORCH_CHECK(ref.is_cuda(), "exl3_kernels.reconstruct_n_out: tensors must be on CUDA, got ", ref.device());
-  const int64_t k = ref.size(0) * 16;
-  TORCH_CHECK(k % 128 == 0, "exl3_kernels.reconstruct_n_out: k = ", k, " (trellis[0] has ", ref.size(0),
-              " tile rows) is not a multiple of 128");
-  c10::cuda::CUDAGuard guard(ref.device());
   exl3::ReconstructParams p{};
-  const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, ref);
-  TORCH_CHECK(col_begin >= 0 && col_begin <= col_end && col_end <= n_total && col_begin % 128 == 0 && col_end % 128 == 0,
-              "exl3_kernels.reconstruct_n_out: column range [", col_begin, ", ", col_end, ") must be 128-aligned inside [0, ",
-              n_total, "]");
+  const int64_t k = reconstruct_setup(p, "reconstruct_n_out", trellis, svh, codebook, col_begin, col_end);
+  const Tensor& ref = trellis[0];
+  c10::cuda::CUDAGuard guard(ref.device());
   const at::ScalarType dtype = out.scalar_type();
   TORCH_CHECK((dtype == at::kHalf || dtype == at::kBFloat16) && out.is_contiguous() && out.dim() == 2 && out.size(0) == k &&
                   out.size(1) == col_end - col_begin && out.device() == ref.device(),
               "exl3_kernels.reconstruct_n_out: out must be contiguous fp16/bf16 [", k, ", ", col_end - col_begin, "] on ",
               ref.device(), ", got ", out.scalar_type(), " ", out.sizes(), " on ", out.device());
   check_aligned(out, 8, "reconstruct_n_out", "out");  // 8-byte stores (4 columns)
-  p.num_shards = static_cast<int>(trellis.size());
-  p.k = static_cast<int>(k);
-  p.col_begin = static_cast<int>(col_begin);
-  p.col_end = static_cast<int>(col_end);
   p.w = out.data_ptr();
   p.w_bf16 = dtype == at::kBFloat16;
   check_cuda(exl3::launch_reconstruct_n(p, static_cast<int>(codebook), c10::cuda::getCurrentCUDAStream(ref.device().index()).stream()),
@@ -354,18 +347,21 @@ void decode_lut(Tensor& out, int64_t codebook) {
 
 int64_t compiled_k2_mask() { return static_cast<int64_t>(exl3::kK2Mask); }
 
+// GEMM instances as lohi * 100000 + codebook * 1000 + BM (the plain instances keep their old codes).
 std::vector<int64_t> built_instances() {
   std::vector<int64_t> r;
-  for (int cb = 0; cb < 3; ++cb)
-    for (int bm : {16, 32, 64, 128, 256})
-      if (exl3::gemm_instance_built(cb, bm)) r.push_back(cb * 1000 + bm);
+  for (int lohi = 0; lohi <= 1; ++lohi)
+    for (int cb = 0; cb < 3; ++cb)
+      for (int bm : {16, 32, 64, 128, 256})
+        if (exl3::gemm_instance_built(cb, bm, lohi != 0)) r.push_back(lohi * 100000 + cb * 1000 + bm);
   return r;
 }
 
 }  // namespace
 
 TORCH_LIBRARY(exl3_kernels, m) {
-  m.def("input_transform(Tensor x, Tensor[] suh, ScalarType? out_dtype=None) -> Tensor");
+  // lohi: write xh in the layout of the GEMM's lohi variant ([S, m, 2k], every value twice; gemm_kernel.cuh).
+  m.def("input_transform(Tensor x, Tensor[] suh, ScalarType? out_dtype=None, bool lohi=False) -> Tensor");
   // `acc` is the process-wide split-k accumulator. The op adds partial sums into it and its epilogue
   // kernel sets every touched element back to zero, so it leaves `acc` exactly as it found it (all
   // zero). It is declared immutable on purpose: marking it Tensor(a!) would make functionalization
@@ -373,7 +369,7 @@ TORCH_LIBRARY(exl3_kernels, m) {
   // `pdl`: launch with programmatic dependent launch on sm_90+; the kernel launched just before on the stream (the
   // input transform in linear.py) must not write the trellis, which the GEMM prefetches before it waits.
   m.def("gemm(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int bm, int split, Tensor acc, "
-        "ScalarType out_dtype, bool pdl=False) -> Tensor");
+        "ScalarType out_dtype, bool pdl=False, bool lohi=False) -> Tensor");
   // `acc` as in gemm: read, then re-zeroed (left as the workspace contract wants it), hence immutable.
   m.def("output_transform(Tensor acc, Tensor[] svh, Tensor? bias, int m, ScalarType out_dtype) -> Tensor");
   m.def("reconstruct(Tensor[] trellis, Tensor[] suh, Tensor[] svh, int codebook, int col_begin, int col_end, "

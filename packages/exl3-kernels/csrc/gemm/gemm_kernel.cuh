@@ -59,15 +59,17 @@ constexpr int kStages = 4;     // cp.async pipeline depth
 constexpr int kThreads = 256;  // 8 warps = 8 trellis tile columns = 128 output columns
 constexpr int kEpiStride = 128 + 8;  // floats per row of the epilogue staging buffer
 
-__host__ __device__ constexpr int a_stage_bytes(int bm) { return bm * kBK * 2; }
+// The lohi variant's A operand has every activation twice (2k virtual columns, see the input transform), so
+// its A stage holds 2 * kBK virtual columns for the same kBK rows of the trellis.
+__host__ __device__ constexpr int a_stage_bytes(int bm, bool lohi = false) { return bm * kBK * (lohi ? 2 : 1) * 2; }
 __host__ __device__ constexpr int b_stage_bytes(int K2) { return (kBK / 16) * 8 * (4 * K2) * 4; }
-__host__ __device__ constexpr int pipeline_smem_bytes(int bm, int K2) {
-  return kStages * (a_stage_bytes(bm) + b_stage_bytes(K2));
+__host__ __device__ constexpr int pipeline_smem_bytes(int bm, int K2, bool lohi = false) {
+  return kStages * (a_stage_bytes(bm, lohi) + b_stage_bytes(K2));
 }
 __host__ __device__ constexpr int epilogue_smem_bytes(int bm) { return bm * kEpiStride * 4; }
-__host__ __device__ constexpr int gemm_smem_bytes_for(int bm, int K2) {
-  return pipeline_smem_bytes(bm, K2) > epilogue_smem_bytes(bm) ? pipeline_smem_bytes(bm, K2)
-                                                                : epilogue_smem_bytes(bm);
+__host__ __device__ constexpr int gemm_smem_bytes_for(int bm, int K2, bool lohi = false) {
+  return pipeline_smem_bytes(bm, K2, lohi) > epilogue_smem_bytes(bm) ? pipeline_smem_bytes(bm, K2, lohi)
+                                                                      : epilogue_smem_bytes(bm);
 }
 
 // Output Hadamard + svh + bias for the 4 columns [col, col + 4) of one row, then store.
@@ -88,9 +90,23 @@ __device__ __forceinline__ void finish_row4(float v[4], int lane, const GemmShar
   store4_rn(y, y_off, o0, o1, o2, o3, y_bf16);
 }
 
-template <int CB, int BM, int K2>
+// LOHI (3inst / mcg): the decoder stops before adding the two fp16 halves of each weight; word j of a lane
+// (halves lo_j, hi_j) is the B operand of two virtual k rows, and the A operand (xh in the lohi layout of the input
+// transform: per 16 rows of k, 16 virtual columns x[k & ~1] then 16 virtual columns x[k | 1]) has each activation
+// twice. Per 16-row trellis tile and n8 half h, two MMAs: A1 (even rows) with B = (word 4h, word 4h + 2) and
+// A2 (odd rows) with B = (word 4h + 1, word 4h + 3). Lane t's words 0..3 are rows 2q, 2q + 1, 2q + 8, 2q + 9
+// (q = t % 4, trellis.cuh); in A1 the virtual rows {2q, 2q + 1} and {2q + 8, 2q + 9} both carry x[2q] and
+// x[2q + 8], in A2 x[2q + 1] and x[2q + 9]: sum = x_2q (lo + hi)_2q + ... for all 16 rows, lo + hi added in fp32.
+// Per tile and lane it saves 8 HADD2 + 4 PRMT and costs one more ldmatrix.x4 and two more MMAs per m16 block, so
+// it pays where BM is small.
+template <int CB, int BM, int K2, bool LOHI = false>
 __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard& sh, uint8_t* smem) {
+  static_assert(!LOHI || CB != kCbMul1, "lohi needs the 3inst or mcg codebook");
   constexpr int kTileWords = 4 * K2;
+  constexpr int kAK = LOHI ? 2 * kBK : kBK;   // virtual A columns per stage
+  constexpr int kAChunksRow = kAK / 8;        // 16-byte chunks per A row of a stage: 8, or 16 with LOHI
+  constexpr int kARowsPer = kThreads / kAChunksRow;  // A rows one pass of the block copies: 32, or 16 (both % 8 == 0)
+  const int64_t a_ld_k = (int64_t)p.k * (LOHI ? 2 : 1);  // row stride of xh in elements
   constexpr int kMB = BM / 16;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int col0 = blockIdx.x * 128;
@@ -110,31 +126,33 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   // 32-bit shared address fixed for the whole k loop; per stage only the buffer offset is added, and the
   // k16 step and m16 block go into the instructions' immediate offsets (the previous loop recomputed
   // addresses every stage: ~34 of its ~83 instructions per tile, SASS of gemm_kernel<mcg, 16>, K = 4).
-  constexpr int kAStage = a_stage_bytes(BM);
+  constexpr int kAStage = a_stage_bytes(BM, LOHI);
   constexpr int kBStage = b_stage_bytes(K2);
   const uint32_t smem_a = smem_u32(smem);
   const uint32_t smem_b = smem_a + kStages * kAStage;
 
-  // cp.async work of this thread. A: BM rows x 8 chunks of 16 bytes; thread t copies chunk (t % 8) of rows
-  // t / 8 + 32 j. The swizzle (ch ^ (row & 7)) is the same for all j (32 rows apart), so chunk j lands at
-  // a_dst0 + j * 32 rows (an immediate). B: 4 tile rows x 8 tiles x kTileWords words = 2 * kTileWords chunks
+  // cp.async work of this thread. A: BM rows x kAChunksRow chunks of 16 bytes (8; 16 with LOHI); thread t copies
+  // chunk (t % kAChunksRow) of rows t / kAChunksRow + kARowsPer j. The swizzle (ch ^ (row & 7)) flips the low 3
+  // bits of the chunk index and is the same for all j (kARowsPer = 32 or 16 rows apart), so chunk j lands at
+  // a_dst0 + j * kARowsPer rows (an immediate). With 16 chunks per row (256 bytes = 2 x 32 banks) the 8 rows of an
+  // ldmatrix matrix still fall on 8 different 16-byte bank groups: the bank group is the physical chunk mod 8. B: 4 tile rows x 8 tiles x kTileWords words = 2 * kTileWords chunks
   // per tile row, stored densely, so thread t's chunk j lands at 16 * (t + 256 j); its global offset
   // (tile row i, chunk ch) is kept per j. Only two 64-bit source pointers advance per stage.
-  constexpr int kAChunks = BM * 8;
+  constexpr int kAChunks = BM * kAChunksRow;
   constexpr int kAPer = (kAChunks + kThreads - 1) / kThreads;
   constexpr int kBChunksRow = 2 * kTileWords;  // 16-byte chunks per tile row of 8 tiles
   constexpr int kBChunks = (kBK / 16) * kBChunksRow;
   constexpr int kBPer = (kBChunks + kThreads - 1) / kThreads;
-  const int a_row = tid >> 3, a_ch = tid & 7;
-  const uint32_t a_dst0 = pin_u32(smem_a + 2u * (uint32_t)(a_row * kBK + ((a_ch ^ (a_row & 7)) * 8)));
-  const uint16_t* a_ptr = sh.xh + (int64_t)(row0 + a_row) * p.k + k16_begin * 16 + a_ch * 8;
+  const int a_row = tid / kAChunksRow, a_ch = tid % kAChunksRow;
+  const uint32_t a_dst0 = pin_u32(smem_a + 2u * (uint32_t)(a_row * kAK + ((a_ch ^ (a_row & 7)) * 8)));
+  const uint16_t* a_ptr = sh.xh + (int64_t)(row0 + a_row) * a_ld_k + k16_begin * 16 * (LOHI ? 2 : 1) + a_ch * 8;
   // Element offset of chunk j from a_ptr: 32 j rows further; rows past m read nothing (src-size 0) but still
   // point at a valid address, row row0 (< m) of this block.
   int a_off[kAPer], a_size[kAPer];
 #pragma unroll
   for (int j = 0; j < kAPer; ++j) {
-    const bool in = a_row + j * (kThreads / 8) < rows_here;
-    a_off[j] = in ? j * (kThreads / 8) * p.k : -a_row * p.k;
+    const bool in = a_row + j * kARowsPer < rows_here;
+    a_off[j] = in ? (int)(j * kARowsPer * a_ld_k) : (int)(-a_row * a_ld_k);
     a_size[j] = in ? 16 : 0;
   }
   const uint32_t b_dst0 = pin_u32(smem_b + 16u * (uint32_t)tid);
@@ -151,11 +169,11 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   auto load_a = [&](uint32_t a_buf) __attribute__((always_inline)) {
     static_for<kAPer>([&](auto j_c) {
       constexpr int j = decltype(j_c)::value;
-      const int r = a_row + j * (kThreads / 8);
+      const int r = a_row + j * kARowsPer;
       if (kAChunks % kThreads == 0 || r < BM)  // threads past the last chunk copy nothing
-        cp_async16_at<j * (kThreads / 8) * kBK * 2>(a_dst0 + a_buf, a_ptr + a_off[j], a_size[j]);
+        cp_async16_at<j * kARowsPer * kAK * 2>(a_dst0 + a_buf, a_ptr + a_off[j], a_size[j]);
     });
-    a_ptr += kBK;
+    a_ptr += kAK;
   };
   auto load_b = [&](uint32_t b_buf) __attribute__((always_inline)) {
     static_for<kBPer>([&](auto j_c) {
@@ -200,10 +218,11 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   // lane and on kk, so one address per kk (buffer 0, m16 block 0); buffers and m16 blocks add immediates.
   const int ld_row = (lane & 7) + 8 * ((lane >> 3) & 1);
   const int ld_khalf = lane >> 4;
-  uint32_t a_ld[kBK / 16];
+  // With LOHI there are two virtual k16 blocks per trellis tile row: 2 kk (A1, even rows) and 2 kk + 1 (A2, odd).
+  uint32_t a_ld[kAK / 16];
 #pragma unroll
-  for (int kk = 0; kk < kBK / 16; ++kk)
-    a_ld[kk] = pin_u32(smem_a + 2u * (uint32_t)(ld_row * kBK + (((kk * 2 + ld_khalf) ^ (ld_row & 7)) * 8)));
+  for (int v = 0; v < kAK / 16; ++v)
+    a_ld[v] = pin_u32(smem_a + 2u * (uint32_t)(ld_row * kAK + (((v * 2 + ld_khalf) ^ (ld_row & 7)) * 8)));
   // Lane window words of tile (kk = 0, column = warp) in buffer 0; kk and the buffer add immediates.
   const LaneWindow<K2> lw = LaneWindow<K2>::make(lane);
   const uint32_t w_base = smem_b + 4u * (uint32_t)(warp * kTileWords);
@@ -224,19 +243,38 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
     static_for<kBK / 16>([&](auto kk_c) {
       constexpr int kk = decltype(kk_c)::value;
       constexpr int kWOff = kk * 8 * kTileWords * 4;
-      uint32_t frag[4];
-      decode_window_fragments<CB, K2>(lds_u32_at<kWOff>(wa0), lds_u32_at<kWOff>(wa1), lds_u32_at<kWOff>(wa2), lw.r,
-                                      frag, dk);
-      const uint32_t la = a_ld[kk] + cur_a;
-      static_for<kMB>([&](auto mb_c) {
-        constexpr int mb = decltype(mb_c)::value;
-        if (kMB == 1 || mb < valid_mb) {
-          uint32_t a[4];
-          ldmatrix_x4_at<mb * 16 * kBK * 2>(a, la);
-          mma_16816(acc[mb][0], a, frag[0], frag[1]);
-          mma_16816(acc[mb][1], a, frag[2], frag[3]);
-        }
-      });
+      if constexpr (LOHI) {
+        uint32_t w[8];
+        decode_window_lohi<CB, K2>(lds_u32_at<kWOff>(wa0), lds_u32_at<kWOff>(wa1), lds_u32_at<kWOff>(wa2), lw.r, w,
+                                   dk);
+        const uint32_t la1 = a_ld[2 * kk] + cur_a, la2 = a_ld[2 * kk + 1] + cur_a;
+        static_for<kMB>([&](auto mb_c) {
+          constexpr int mb = decltype(mb_c)::value;
+          if (kMB == 1 || mb < valid_mb) {
+            uint32_t a1[4], a2[4];
+            ldmatrix_x4_at<mb * 16 * kAK * 2>(a1, la1);
+            ldmatrix_x4_at<mb * 16 * kAK * 2>(a2, la2);
+            mma_16816(acc[mb][0], a1, w[0], w[2]);
+            mma_16816(acc[mb][0], a2, w[1], w[3]);
+            mma_16816(acc[mb][1], a1, w[4], w[6]);
+            mma_16816(acc[mb][1], a2, w[5], w[7]);
+          }
+        });
+      } else {
+        uint32_t frag[4];
+        decode_window_fragments<CB, K2>(lds_u32_at<kWOff>(wa0), lds_u32_at<kWOff>(wa1), lds_u32_at<kWOff>(wa2), lw.r,
+                                        frag, dk);
+        const uint32_t la = a_ld[kk] + cur_a;
+        static_for<kMB>([&](auto mb_c) {
+          constexpr int mb = decltype(mb_c)::value;
+          if (kMB == 1 || mb < valid_mb) {
+            uint32_t a[4];
+            ldmatrix_x4_at<mb * 16 * kBK * 2>(a, la);
+            mma_16816(acc[mb][0], a, frag[0], frag[1]);
+            mma_16816(acc[mb][1], a, frag[2], frag[3]);
+          }
+        });
+      }
     });
     cur_a = cur_a == (kStages - 1) * kAStage ? 0u : cur_a + kAStage;
     cur_b = cur_b == (kStages - 1) * kBStage ? 0u : cur_b + kBStage;
@@ -304,7 +342,7 @@ struct GemmOccupancy {
                                     : (BM <= 32 ? EXL3_GEMM_MIN_BLOCKS_BM32 : (BM <= 64 ? EXL3_GEMM_MIN_BLOCKS_BM64 : 2));
 };
 
-template <int CB, int BM>
+template <int CB, int BM, bool LOHI>
 __global__ void __launch_bounds__(kThreads, GemmOccupancy<BM>::kMinBlocks) gemm_kernel(const __grid_constant__ GemmParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int col0 = blockIdx.x * 128;
@@ -315,7 +353,7 @@ __global__ void __launch_bounds__(kThreads, GemmOccupancy<BM>::kMinBlocks) gemm_
   switch (sh.K2) {
 #define EXL3_GEMM_CASE(K2)                                      \
   case K2:                                                      \
-    if constexpr (k2_built<CB, K2>()) gemm_block<CB, BM, K2>(p, sh, smem); \
+    if constexpr (k2_built<CB, K2>()) gemm_block<CB, BM, K2, LOHI>(p, sh, smem); \
     break;
     EXL3_GEMM_CASE(2) EXL3_GEMM_CASE(3) EXL3_GEMM_CASE(4) EXL3_GEMM_CASE(5)
     EXL3_GEMM_CASE(6) EXL3_GEMM_CASE(7) EXL3_GEMM_CASE(8) EXL3_GEMM_CASE(10)
@@ -328,25 +366,25 @@ __global__ void __launch_bounds__(kThreads, GemmOccupancy<BM>::kMinBlocks) gemm_
 // Split-k epilogue: one warp per (row, 128-column block): acc -> transform -> y, and acc := 0.
 __global__ void __launch_bounds__(256) splitk_epilogue_kernel(const __grid_constant__ GemmParams p);
 
-template <int CB, int BM>
+template <int CB, int BM, bool LOHI>
 cudaError_t launch_gemm_instance(const GemmParams& p, cudaStream_t stream) {
   int max_K2 = 0;
   for (int i = 0; i < p.num_shards; ++i) max_K2 = p.shard[i].K2 > max_K2 ? p.shard[i].K2 : max_K2;
-  const int smem = gemm_smem_bytes_for(BM, max_K2);
+  const int smem = gemm_smem_bytes_for(BM, max_K2, LOHI);
   // The dynamic shared memory opt-in is a per-device function attribute: set it once per device to the
   // maximum over all K2 of this instance.
   static unsigned attr_set_mask = 0;
   int dev = 0;
   cudaGetDevice(&dev);
   if (dev >= 32 || !((attr_set_mask >> dev) & 1u)) {
-    cudaError_t e = cudaFuncSetAttribute(gemm_kernel<CB, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         gemm_smem_bytes_for(BM, 16));
+    cudaError_t e = cudaFuncSetAttribute(gemm_kernel<CB, BM, LOHI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         gemm_smem_bytes_for(BM, 16, LOHI));
     if (e != cudaSuccess) return e;
     if (dev < 32) attr_set_mask |= 1u << dev;
   }
   dim3 grid(p.n_total / 128, (p.m + BM - 1) / BM, p.split);
-  static const bool image_pdl = kernel_has_pdl(gemm_kernel<CB, BM>);  // thread-safe static init
-  return launch_maybe_pdl(gemm_kernel<CB, BM>, grid, dim3(kThreads), smem, stream, p.pdl != 0 && image_pdl, p);
+  static const bool image_pdl = kernel_has_pdl(gemm_kernel<CB, BM, LOHI>);  // thread-safe static init
+  return launch_maybe_pdl(gemm_kernel<CB, BM, LOHI>, grid, dim3(kThreads), smem, stream, p.pdl != 0 && image_pdl, p);
 }
 
 }  // namespace exl3

@@ -27,25 +27,24 @@ __global__ void __launch_bounds__(256) splitk_epilogue_kernel(const __grid_const
   finish_row4(v, lane, p.shard[s], col, p.bias, p.y, off, p.y_bf16);
 }
 
-#define EXL3_DECLARE_INSTANCE(CB, BM) \
-  extern template cudaError_t launch_gemm_instance<CB, BM>(const GemmParams&, cudaStream_t);
+#define EXL3_DECLARE_INSTANCE(CB, BM, LOHI) \
+  extern template cudaError_t launch_gemm_instance<CB, BM, LOHI>(const GemmParams&, cudaStream_t);
 EXL3_GEMM_INSTANCES(EXL3_DECLARE_INSTANCE)
 #undef EXL3_DECLARE_INSTANCE
 
-bool gemm_instance_built(int codebook, int bm) {
-#define EXL3_MATCH(CB, BM) \
-  if (codebook == CB && bm == BM) return true;
+bool gemm_instance_built(int codebook, int bm, bool lohi) {
+#define EXL3_MATCH(CB, BM, LOHI) \
+  if (codebook == CB && bm == BM && lohi == LOHI) return true;
   EXL3_GEMM_INSTANCES(EXL3_MATCH)
 #undef EXL3_MATCH
   return false;
 }
 
-int gemm_smem_bytes(int bm, int K2) { return gemm_smem_bytes_for(bm, K2); }
 
-cudaError_t launch_gemm(const GemmParams& p, int codebook, int bm, cudaStream_t stream) {
+cudaError_t launch_gemm(const GemmParams& p, int codebook, int bm, bool lohi, cudaStream_t stream) {
   cudaError_t e = cudaErrorInvalidValue;
-#define EXL3_DISPATCH(CB, BM) \
-  if (codebook == CB && bm == BM) e = launch_gemm_instance<CB, BM>(p, stream);
+#define EXL3_DISPATCH(CB, BM, LOHI) \
+  if (codebook == CB && bm == BM && lohi == LOHI) e = launch_gemm_instance<CB, BM, LOHI>(p, stream);
   EXL3_GEMM_INSTANCES(EXL3_DISPATCH)
 #undef EXL3_DISPATCH
   if (e != cudaSuccess || p.split <= 1) return e;

@@ -17,7 +17,11 @@
 
 namespace exl3 {
 
-template <bool kBf16, bool kOutBf16>
+// kLohi (fp16 out only): xh in the layout of the GEMM's lohi variant, [S, m, 2k]: the 16 columns c0 .. c0 + 15 of
+// x become 32 virtual columns, first x[c0 + (j & ~1)] then x[c0 + (j | 1)] for j = 0..15 (every value twice; see
+// gemm_kernel.cuh). Lane l holds columns c0 + 4 (l % 4) + {0..3} = (v0, v1, v2, v3): it writes (v0, v0, v2, v2) at
+// virtual column 32 (col / 16) + 4 (l % 4) and (v1, v1, v3, v3) 16 further, two 8-byte stores.
+template <bool kBf16, bool kOutBf16, bool kLohi = false>
 __global__ void __launch_bounds__(256) input_transform_kernel(const __grid_constant__ InputTransformParams p) {
   pdl_launch_dependents();  // the GEMM may start prefetching its trellis (it waits before reading xh)
   const int lane = threadIdx.x & 31;
@@ -56,7 +60,16 @@ __global__ void __launch_bounds__(256) input_transform_kernel(const __grid_const
       u.x = *reinterpret_cast<uint32_t*>(&o0);
       u.y = *reinterpret_cast<uint32_t*>(&o1);
     }
-    *reinterpret_cast<uint2*>(p.xh + ((int64_t)s * p.m + row) * p.k + col) = u;
+    if constexpr (kLohi) {
+      // u.x = (h0, h1), u.y = (h2, h3) -> (h0, h0, h2, h2) and (h1, h1, h3, h3)
+      const uint2 even = make_uint2(__byte_perm(u.x, 0u, 0x1010), __byte_perm(u.y, 0u, 0x1010));
+      const uint2 odd = make_uint2(__byte_perm(u.x, 0u, 0x3232), __byte_perm(u.y, 0u, 0x3232));
+      uint16_t* dst = p.xh + ((int64_t)s * p.m + row) * (2 * (int64_t)p.k) + 2 * (col & ~15) + (col & 15);
+      *reinterpret_cast<uint2*>(dst) = even;
+      *reinterpret_cast<uint2*>(dst + 16) = odd;
+    } else {
+      *reinterpret_cast<uint2*>(p.xh + ((int64_t)s * p.m + row) * p.k + col) = u;
+    }
   }
 }
 
@@ -64,7 +77,11 @@ cudaError_t launch_input_transform(const InputTransformParams& p, cudaStream_t s
   const int64_t warps = (int64_t)p.m * (p.k / 128);
   if (warps == 0) return cudaSuccess;
   const int blocks = (int)((warps + 7) / 8);
-  if (p.x_bf16 && p.xh_bf16)
+  if (p.xh_lohi && p.x_bf16)
+    input_transform_kernel<true, false, true><<<blocks, 256, 0, stream>>>(p);
+  else if (p.xh_lohi)
+    input_transform_kernel<false, false, true><<<blocks, 256, 0, stream>>>(p);
+  else if (p.x_bf16 && p.xh_bf16)
     input_transform_kernel<true, true><<<blocks, 256, 0, stream>>>(p);
   else if (p.x_bf16)
     input_transform_kernel<true, false><<<blocks, 256, 0, stream>>>(p);

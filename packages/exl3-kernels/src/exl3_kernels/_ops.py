@@ -96,11 +96,11 @@ def _register_fakes() -> None:
     lib = "exl3_kernels::"
 
     @torch.library.register_fake(lib + "input_transform")
-    def _(x, suh, out_dtype=None):
-        return x.new_empty((len(suh), x.shape[0], x.shape[1]), dtype=out_dtype or torch.float16)
+    def _(x, suh, out_dtype=None, lohi=False):
+        return x.new_empty((len(suh), x.shape[0], x.shape[1] * (2 if lohi else 1)), dtype=out_dtype or torch.float16)
 
     @torch.library.register_fake(lib + "gemm")
-    def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl=False):
+    def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl=False, lohi=False):
         n_total = sum(t.shape[1] * 16 for t in trellis)
         return xh.new_empty((xh.shape[1], n_total), dtype=out_dtype)
 
@@ -115,25 +115,30 @@ def _register_fakes() -> None:
         return trellis[0].new_empty((trellis[0].shape[0] * 16, end - col_begin), dtype=dtype)
 
 
-def input_transform(x: torch.Tensor, suh: list[torch.Tensor], out_dtype: torch.dtype = torch.float16) -> torch.Tensor:
+def input_transform(x: torch.Tensor, suh: list[torch.Tensor], out_dtype: torch.dtype = torch.float16,
+                    lohi: bool = False) -> torch.Tensor:
     """xh[s] = round(had128(x * suh[s]) / sqrt(128)) for each shard s, one launch (fp32 inside, one rounding).
 
     Args:
         x: [m, k] fp16/bf16 CUDA, unit column stride, k % 128 == 0.
         suh: per shard, fp16 [k].
         out_dtype: torch.float16 (the GEMM's operand) or torch.bfloat16 (the reconstruct_n path with bf16 x).
+        lohi: write the layout of the GEMM's lohi variant (fp16 only): [len(suh), m, 2k] where columns
+            32 b .. 32 b + 15 hold xh[16 b + (j & ~1)] and 32 b + 16 .. 32 b + 31 hold xh[16 b + (j | 1)], j = 0..15.
     Returns:
-        [len(suh), m, k] in ``out_dtype``.
+        [len(suh), m, k] (or [len(suh), m, 2k] with ``lohi``) in ``out_dtype``.
     Raises:
         RuntimeError from the op on shape/dtype/device mismatch (message names the tensor).
     """
+    if lohi:
+        return torch.ops.exl3_kernels.input_transform(x, suh, out_dtype, True)
     if out_dtype == torch.float16:  # the default: also works with libraries built before the out_dtype argument
         return torch.ops.exl3_kernels.input_transform(x, suh)
     return torch.ops.exl3_kernels.input_transform(x, suh, out_dtype)
 
 
 def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], bias: torch.Tensor | None,
-         codebook: int, bm: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+         codebook: int, bm: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype, lohi: bool = False) -> torch.Tensor:
     """Trellis GEMM with fused output transform: y = had_n(xh @ Ŵ) * svh + bias.
 
     Args:
@@ -145,6 +150,8 @@ def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor],
         bm: row tile (16, 32, 64, 128; built tiers in ``built_instances()``).
         split: split-k factor; > 1 uses ``acc`` (fp32, >= m * sum n_s elements, all zero; left all zero).
         out_dtype: torch.float16 or torch.bfloat16.
+        lohi: the variant that leaves lo + hi of each decoded weight to the tensor core (3inst / mcg; built for the
+            tiers in ``built_instances(lohi=True)``); ``xh`` must then come from ``input_transform(..., lohi=True)``.
     Returns:
         [m, sum n_s] in ``out_dtype``.
 
@@ -153,8 +160,11 @@ def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor],
     first trellis stages while the kernel before it on the stream (the input transform) still runs, so that
     kernel must not write the trellis.
     """
+    if not lohi:  # the default: also works with libraries built before the lohi argument
+        return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype,
+                                           env.get_bool("PDL", True))
     return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype,
-                                       env.get_bool("PDL", True))
+                                       env.get_bool("PDL", True), True)
 
 
 def output_transform(acc: torch.Tensor, svh: list[torch.Tensor], bias: torch.Tensor | None, m: int,
@@ -232,15 +242,16 @@ def decode_lut(codebook: int, device: torch.device | str = "cuda") -> torch.Tens
     return out
 
 
-_built: list[tuple[int, int]] | None = None
+_built: list[tuple[bool, int, int]] | None = None
 
 
-def built_instances() -> list[tuple[int, int]]:
-    """(codebook id, BM) pairs compiled into the library (queried once: the library does not change)."""
+def built_instances(lohi: bool = False) -> list[tuple[int, int]]:
+    """(codebook id, BM) pairs of the GEMM instances compiled into the library, plain or (``lohi``) of the lohi
+    variant (queried once: the library does not change). The op encodes lohi * 100000 + codebook * 1000 + BM."""
     global _built
     if _built is None:
-        _built = [(v // 1000, v % 1000) for v in torch.ops.exl3_kernels.built_instances()]
-    return list(_built)
+        _built = [(v >= 100000, (v % 100000) // 1000, v % 1000) for v in torch.ops.exl3_kernels.built_instances()]
+    return [(cb, bm) for lh, cb, bm in _built if lh == lohi]
 
 
 def compiled_k2() -> list[int]:

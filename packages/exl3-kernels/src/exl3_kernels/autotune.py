@@ -70,8 +70,11 @@ def sm_count(device: torch.device) -> int:
     return _sm_count[i]
 
 
-def _apply_pins(p: Plan) -> Plan:
+def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = ()) -> Plan:
+    """The plan with the env pins applied. CUDA_EXL3_LOHI=1 turns the lohi variant on wherever this layer has an
+    instance for the (pinned) plan (the gemm path at a BM in ``lohi_bm``: BM16, 3inst / mcg), =0 off everywhere."""
     path, bm, split = env.get("PATH"), env.get_int("BM"), env.get_int("SPLIT")
+    lohi = env.get("LOHI")
     if path:
         if path not in PATHS:
             raise ValueError(f"CUDA_EXL3_PATH must be one of {', '.join(PATHS)}, got {path!r}")
@@ -80,6 +83,8 @@ def _apply_pins(p: Plan) -> Plan:
         p = replace(p, bm=bm)
     if split is not None:
         p = replace(p, split=split)
+    if lohi:
+        p = replace(p, lohi=env.get_bool("LOHI") and p.path == "gemm" and p.bm in lohi_bm)
     return p
 
 
@@ -115,7 +120,7 @@ def _key(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, de
 
 
 def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,
-           built_bm: tuple[int, ...], run: Callable[[Plan], object]) -> Plan:
+           built_bm: tuple[int, ...], run: Callable[[Plan], object], lohi_bm: tuple[int, ...] = ()) -> Plan:
     """Plan for this call. ``run(plan)`` executes the layer with a plan (used only when timing)."""
     deterministic = env.get_bool("DETERMINISTIC")
     recon_min_m = env.get_int("RECON_MIN_M", 1024)
@@ -128,7 +133,7 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
             if not torch.cuda.is_current_stream_capturing():
                 _cache[key] = plan
         else:
-            cands = candidates(shape, m, sm_count(device), acc_capacity, built_bm, deterministic)
+            cands = candidates(shape, m, sm_count(device), acc_capacity, built_bm, deterministic, lohi_bm)
             if base not in cands:
                 cands.append(base)
             first = {c: _time(lambda: run(c), device) for c in cands}
@@ -145,11 +150,12 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
             _log.debug("exl3 autotune %s m=%d: %s; finalists %s -> %s", shape, m,
                        ", ".join(f"{c} {1000.0 * t:.1f} us" for c, t in sorted(first.items(), key=lambda kv: kv[1])),
                        ", ".join(f"{c} {1000.0 * final[c]:.1f} us" for c in finalists), plan)
-    return _apply_pins(plan)
+    return _apply_pins(plan, lohi_bm)
 
 
 def prime_smaller_buckets(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,
-                          built_bm: tuple[int, ...], run_rows: Callable[[Plan, int], object]) -> int:
+                          built_bm: tuple[int, ...], run_rows: Callable[[Plan, int], object],
+                          lohi_bm: tuple[int, ...] = ()) -> int:
     """Tune every power-of-two m bucket below ``m``'s that is not cached yet, timing each bucket b on the first
     b rows of this call's input (``run_rows(plan, b)``). Returns the number of buckets tuned.
 
@@ -165,14 +171,14 @@ def prime_smaller_buckets(shape: LayerShape, m: int, dtype: torch.dtype, device:
     """
     if (torch.cuda.is_current_stream_capturing() or not env.get_bool("AUTOTUNE", True)
             or not env.get_bool("AUTOTUNE_PRIME", True) or env.get_bool("DETERMINISTIC")
-            or any(env.get(v) for v in ("PATH", "BM", "SPLIT"))):
+            or any(env.get(v) for v in ("PATH", "BM", "SPLIT", "LOHI"))):
         return 0
     tuned = 0
     t0 = time.perf_counter()
     b = m_bucket(m) // 2  # < m always: m > m_bucket(m) / 2
     while b >= 1:
         if _key(shape, b, dtype, device, False) not in _cache:
-            choose(shape, b, dtype, device, acc_capacity, built_bm, lambda p, rows=b: run_rows(p, rows))
+            choose(shape, b, dtype, device, acc_capacity, built_bm, lambda p, rows=b: run_rows(p, rows), lohi_bm)
             tuned += 1
         b //= 2
     if tuned:

@@ -9,6 +9,7 @@ library is not). Errors about a bad value name the spelling that was actually re
 | CUDA_EXL3_PATH | force the path: ``gemm`` (trellis GEMM), ``reconstruct`` (dense W + cuBLAS), ``reconstruct_act`` (dense Ŵ + cuBLAS, Hadamards on the activations) or ``reconstruct_n`` (output Hadamard folded into the dense weight, input Hadamard on the activations) | unset: planner |
 | CUDA_EXL3_BM | force the GEMM row tile BM (16, 32, 64, 128) | unset: planner |
 | CUDA_EXL3_SPLIT | force the split-k factor (1 = no split) | unset: planner |
+| CUDA_EXL3_LOHI | 1: use the GEMM's lohi variant wherever the plan has an instance of it (gemm path, BM 16, 3inst / mcg: the tensor core adds the two halves of each decoded weight); 0: never | unset: planner |
 | CUDA_EXL3_AUTOTUNE | 1: time candidate plans once per (layer shape, m bucket) outside graph capture | 1 |
 | CUDA_EXL3_AUTOTUNE_PRIME | 1: the first call in an untuned m bucket also tunes every smaller power-of-two bucket on its first rows (vLLM's profile run then tunes them all at start-up) | 1 |
 | CUDA_EXL3_DETERMINISTIC | 1: no atomics (split = 1) and a fixed, timing-free path choice: bit-identical reruns | 0 |

@@ -186,9 +186,9 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
             else:
                 outs.append(torch.mm(x2, w))
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
-    xh = _ops.input_transform(x2, suh)
+    xh = _ops.input_transform(x2, suh, lohi=plan.lohi)
     acc = workspace.splitk_acc(x2.device) if plan.split > 1 else xh
-    return _ops.gemm(xh, trellis, svh, bias32, codebook, plan.bm, plan.split, acc, x2.dtype)
+    return _ops.gemm(xh, trellis, svh, bias32, codebook, plan.bm, plan.split, acc, x2.dtype, plan.lohi)
 
 
 def _check_aligned(tensors: list[torch.Tensor], what: str) -> None:
@@ -218,11 +218,13 @@ def _linear_cuda(x, trellis, suh, svh, bias, codebook: int) -> torch.Tensor:
         bias32 = bias if bias.dtype == torch.float32 and bias.is_contiguous() else bias.float().contiguous()
     shape = layer_shape(trellis, codebook)
     built = tuple(sorted({bm for cb, bm in _ops.built_instances() if cb == codebook})) or BM_TIERS
+    lohi_bm = tuple(sorted({bm for cb, bm in _ops.built_instances(lohi=True) if cb == codebook}))
     if not autotune.is_cached(shape, m, x2.dtype, x2.device):  # first call in this bucket: tune the smaller ones too
         autotune.prime_smaller_buckets(shape, m, x2.dtype, x2.device, workspace.splitk_capacity(), built,
-                                       lambda p, rows: _run_plan(p, x2[:rows], trellis, suh, svh, bias32, codebook))
+                                       lambda p, rows: _run_plan(p, x2[:rows], trellis, suh, svh, bias32, codebook),
+                                       lohi_bm)
     plan = autotune.choose(shape, m, x2.dtype, x2.device, workspace.splitk_capacity(), built,
-                           lambda p: _run_plan(p, x2, trellis, suh, svh, bias32, codebook))
+                           lambda p: _run_plan(p, x2, trellis, suh, svh, bias32, codebook), lohi_bm)
     y = _run_plan(plan, x2, trellis, suh, svh, bias32, codebook)
     return y.reshape(*x.shape[:-1], n_total)
 

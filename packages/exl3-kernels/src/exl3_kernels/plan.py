@@ -47,9 +47,12 @@ class Plan:
     path: str
     bm: int = 16
     split: int = 1
+    lohi: bool = False  # the GEMM variant that leaves lo + hi of each weight to the MMA (csrc/gemm/gemm_kernel.cuh)
 
     def __str__(self) -> str:
-        return self.path if self.path != "gemm" else f"gemm(bm={self.bm},split={self.split})"
+        if self.path != "gemm":
+            return self.path
+        return f"gemm(bm={self.bm},split={self.split}{',lohi' if self.lohi else ''})"
 
 
 def m_bucket(m: int) -> int:
@@ -135,9 +138,12 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
 
 
 def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
-               built_bm: tuple[int, ...] = BM_TIERS, deterministic: bool = False) -> list[Plan]:
+               built_bm: tuple[int, ...] = BM_TIERS, deterministic: bool = False,
+               lohi_bm: tuple[int, ...] = ()) -> list[Plan]:
     """Plans worth timing for this m: BM tiers from the covering one down to half of it (and the largest
-    for m above all tiers), split-k in powers of two up to the limits, and the three dense paths for m >= 64."""
+    for m above all tiers), split-k in powers of two up to the limits, the same tiers and splits as the lohi
+    variant where built (``lohi_bm``: BM tiers with a lohi instance for this codebook), and the three dense paths
+    for m >= 64."""
     bms = sorted({pick_bm(m, built_bm)} | {b for b in built_bm if m / 2 <= b <= pick_bm(m, built_bm)})
     out: list[Plan] = []
     for bm in bms:
@@ -153,6 +159,8 @@ def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
                 if splitk_allowed(shape, m, s, acc_capacity):
                     splits.append(s)
         out += [Plan("gemm", bm, s) for s in splits]
+        if bm in lohi_bm:
+            out += [Plan("gemm", bm, s, lohi=True) for s in splits]
     if m >= 64:
         out.append(Plan("reconstruct"))
         out.append(Plan("reconstruct_act"))

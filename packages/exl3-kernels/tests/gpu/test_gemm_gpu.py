@@ -80,6 +80,89 @@ def test_bm_tiers_and_split(m, split):
         _acc_is_zero()
 
 
+def _lohi_cbs():
+    return [cb for cb in ("3inst", "mcg") if any(c == CBS[cb] for c, _ in _ops.built_instances(lohi=True))]
+
+
+@pytest.mark.parametrize("x_dtype", [torch.float16, torch.bfloat16])
+def test_input_transform_lohi_layout(x_dtype):
+    """input_transform(..., lohi=True) is the plain fp16 xh rearranged, bit for bit: per 16 columns, the even
+    columns each twice, then the odd columns each twice."""
+    trellis, suh, svh, _ = random_layer(512, [128, 128], [8, 8], seed=13)
+    x = torch.randn(7, 512, device="cuda", dtype=x_dtype)
+    plain = _ops.input_transform(x, suh)
+    lohi = _ops.input_transform(x, suh, lohi=True)
+    assert lohi.shape == (2, 7, 1024) and lohi.dtype == torch.float16
+    j = torch.arange(16, device="cuda")
+    cols = torch.cat([torch.cat([16 * b + (j & ~1), 16 * b + (j | 1)]) for b in range(32)])
+    assert torch.equal(lohi, plain[:, :, cols])
+    with pytest.raises(RuntimeError, match="lohi layout"):
+        _ops.input_transform(x, suh, torch.bfloat16, lohi=True)
+
+
+@pytest.mark.parametrize("k2", [2, 4, 6, 8, 10, 12, 14, 16])
+def test_lohi_gemm_every_k(k2):
+    """The lohi GEMM (the tensor core adds the two fp16 halves of each decoded weight) against the reference, every
+    built tier, with and without split-k, rows that leave the last block partly empty. It uses lo + hi unrounded,
+    so it differs from the reference's fp16 weight by at most half an fp16 ulp per weight: well inside TOL."""
+    cbs = [cb for cb in _lohi_cbs() if compiled(CBS[cb], k2)]
+    if not cbs:
+        pytest.skip("no lohi instance for this K in this build")
+    for cb in cbs:
+        trellis, suh, svh, bias = random_layer(1024, [256], [k2], seed=k2 + 100, bias=True)
+        for m in (1, 5, 16, 33):
+            x = torch.randn(m, 1024, device="cuda", dtype=torch.float16)
+            ref = reference_forward(x, trellis, suh, svh, bias, cb)
+            xh = _ops.input_transform(x, suh, lohi=True)
+            for bm in [bm for c, bm in _ops.built_instances(lohi=True) if c == CBS[cb]]:
+                for split in (1, 4):
+                    acc = workspace.splitk_acc(x.device) if split > 1 else xh
+                    y = _ops.gemm(xh, trellis, svh, bias, CBS[cb], bm, split, acc, torch.float16, lohi=True)
+                    assert rel_err(y, ref) < TOL[torch.float16], (cb, k2, m, bm, split, rel_err(y, ref))
+                    _acc_is_zero()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_lohi_layer_multishard_and_autotune(dtype, monkeypatch):
+    """Through the layer op with CUDA_EXL3_LOHI=1 pinned: a fused layer with mixed K and a bias; then unpinned at
+    m = 1 the autotuner times lohi candidates next to the plain ones; mul1 has no lohi instance (clear error)."""
+    cbs = _lohi_cbs()
+    if not cbs:
+        pytest.skip("no lohi instance in this build")
+    cb = cbs[-1]
+    k2s = [8, 10, 10] if compiled(CBS[cb], 10) else [8, 8, 8]
+    trellis, suh, svh, bias = random_layer(1024, [512, 128, 128], k2s, seed=19, bias=True)
+    layer = Exl3Layer(trellis, suh, svh, cb, bias)
+    for v in ("PATH", "BM", "SPLIT", "LOHI", "AUTOTUNE", "DETERMINISTIC"):
+        monkeypatch.delenv(f"CUDA_EXL3_{v}", raising=False)
+    monkeypatch.setenv("CUDA_EXL3_PATH", "gemm")
+    monkeypatch.setenv("CUDA_EXL3_BM", "16")
+    monkeypatch.setenv("CUDA_EXL3_LOHI", "1")
+    for split in ("1", "3"):
+        monkeypatch.setenv("CUDA_EXL3_SPLIT", split)
+        autotune.clear()
+        for m in (1, 17):
+            x = torch.randn(m, 1024, device="cuda", dtype=dtype)
+            y = exl3_linear(x, layer)
+            assert y.dtype == dtype and y.shape == (m, 768)
+            assert rel_err(y, reference_forward(x, trellis, suh, svh, bias, cb)) < TOL[dtype], (split, m)
+        _acc_is_zero()
+    for v in ("PATH", "BM", "SPLIT", "LOHI"):
+        monkeypatch.delenv(f"CUDA_EXL3_{v}")
+    autotune.clear()
+    x = torch.randn(1, 1024, device="cuda", dtype=dtype)
+    y = exl3_linear(x, layer)
+    assert rel_err(y, reference_forward(x, trellis, suh, svh, bias, cb)) < TOL[dtype]
+    first = next(iter(autotune.cached_timings().values()))["first"]
+    assert any(c.endswith(",lohi)") for c in first) and any(c.startswith("gemm(") and "lohi" not in c for c in first)
+    autotune.clear()
+    if compiled(2, 8):
+        t2, s2, v2, _ = random_layer(512, [128], [8], seed=2)
+        xh = _ops.input_transform(torch.randn(4, 512, device="cuda", dtype=torch.float16), s2, lohi=True)
+        with pytest.raises(RuntimeError, match="no kernel instance"):
+            _ops.gemm(xh, t2, v2, None, 2, 16, 1, xh, torch.float16, lohi=True)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("path", ["gemm", "reconstruct", "reconstruct_act", "reconstruct_n"])
 def test_multishard_mixed_k_with_bias(dtype, path, monkeypatch):

@@ -54,6 +54,15 @@ __device__ __forceinline__ uint32_t lop3_and_xor(uint32_t x, uint32_t xor_reg) {
   return d;
 }
 
+// 3inst / mcg up to the LOP3 step: the word whose two fp16 halves (lo, hi) sum to the weight (lo + hi is what
+// decode_pair rounds to fp16). Used by the GEMM's lohi variant, which lets the tensor core do the addition.
+template <int CB>
+__device__ __forceinline__ uint32_t decode_lohi(uint32_t s, const DecodeConsts& k) {
+  static_assert(CB == kCb3Inst || CB == kCbMcg, "lo/hi halves exist for 3inst and mcg only");
+  const uint32_t x = CB == kCb3Inst ? s * k3InstMul + k3InstAdd : s * kMcgMul;
+  return lop3_and_xor(x, k.lop_xor);
+}
+
 // Decode states s0, s1 (values 0..65535, upper 16 bits zero) into a packed half2:
 // low half = decode(s0), high half = decode(s1).
 template <int CB>

@@ -58,12 +58,14 @@ struct InputTransformParams {
   int m, k;
   const uint16_t* suh[kMaxShards];  // [k] fp16 bits per shard
   int num_shards;
-  uint16_t* xh;  // [num_shards, m, k] fp16 (or bf16 when xh_bf16) bits
+  uint16_t* xh;  // [num_shards, m, k] fp16 (or bf16 when xh_bf16) bits; [num_shards, m, 2k] fp16 when xh_lohi
   int xh_bf16;
+  int xh_lohi;  // lohi layout: per 16 columns c0.., 16 values x[c0 + (j & ~1)] then 16 values x[c0 + (j | 1)]
 };
 
 // Host launchers (csrc/gemm/launch.cu, csrc/transform/input.cu, csrc/reconstruct/reconstruct.cu).
-cudaError_t launch_gemm(const GemmParams& p, int codebook, int bm, cudaStream_t stream);
+// lohi: the variant that leaves lo + hi of each weight to the MMA; xh must then be in the lohi layout (gemm_kernel.cuh).
+cudaError_t launch_gemm(const GemmParams& p, int codebook, int bm, bool lohi, cudaStream_t stream);
 // The split-k epilogue alone: y = had_n(acc) * svh / sqrt(128) + bias for rows [0, m), acc re-zeroed. Reads
 // only shard[].svh / n / col_offset, num_shards, m, n_total, bias, acc, y, y_bf16.
 cudaError_t launch_output_transform(const GemmParams& p, cudaStream_t stream);
@@ -74,7 +76,6 @@ cudaError_t launch_reconstruct_t(const ReconstructParams& p, int codebook, cudaS
 // W_n = Ŵ H_n diag(svh) / sqrt(128), [k, col_end - col_begin] fp16 or bf16 (p.w_bf16) into p.w (p.suh unused).
 cudaError_t launch_reconstruct_n(const ReconstructParams& p, int codebook, cudaStream_t stream);
 cudaError_t launch_decode_lut(uint16_t* out, int codebook, cudaStream_t stream);
-bool gemm_instance_built(int codebook, int bm);
-int gemm_smem_bytes(int bm, int K2);
+bool gemm_instance_built(int codebook, int bm, bool lohi);
 
 }  // namespace exl3

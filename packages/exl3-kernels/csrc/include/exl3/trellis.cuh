@@ -116,6 +116,29 @@ __device__ __forceinline__ void decode_window_fragments(uint32_t w0, uint32_t w1
   frag[3] = decode_pair<CB>(s[6], s[7], k);
 }
 
+// The "lohi" variant (3inst and mcg only): the same 8 states, decoded up to the LOP3 step and no further. Word j
+// holds the two fp16 halves (lo, hi) whose sum is weight j (codebook.cuh); the GEMM's lohi variant feeds each word
+// to the MMA as the B values of two consecutive virtual k rows, against an A operand in which every activation
+// appears twice (input transform with lohi = true), so the tensor core adds lo and hi in fp32 and the decoder
+// saves the HADD2 per weight and the PRMT per pair (1.5 of its ~6 instructions per weight).
+template <int CB, int K2>
+__device__ __forceinline__ void decode_window_lohi(uint32_t w0, uint32_t w1, uint32_t w2, int r, uint32_t out[8],
+                                                   const DecodeConsts& k) {
+  static_assert(CB != kCbMul1, "mul1 has no lo/hi halves: its weight is one fma of the byte sum");
+  using B = TrellisBits<K2>;
+  const uint32_t u0 = __funnelshift_l(w1, w0, r);
+  const uint32_t u1 = __funnelshift_l(w2, w1, r);
+  const uint32_t u2 = w2 << r;
+  out[0] = decode_lohi<CB>(window_bits16<B::state_offset(0)>(u0, u1, u2), k);
+  out[1] = decode_lohi<CB>(window_bits16<B::state_offset(1)>(u0, u1, u2), k);
+  out[2] = decode_lohi<CB>(window_bits16<B::state_offset(2)>(u0, u1, u2), k);
+  out[3] = decode_lohi<CB>(window_bits16<B::state_offset(3)>(u0, u1, u2), k);
+  out[4] = decode_lohi<CB>(window_bits16<B::state_offset(4)>(u0, u1, u2), k);
+  out[5] = decode_lohi<CB>(window_bits16<B::state_offset(5)>(u0, u1, u2), k);
+  out[6] = decode_lohi<CB>(window_bits16<B::state_offset(6)>(u0, u1, u2), k);
+  out[7] = decode_lohi<CB>(window_bits16<B::state_offset(7)>(u0, u1, u2), k);
+}
+
 // Decode lane's 8 positions of one tile (in shared memory) into 4 half2 B-fragment registers.
 template <int CB, int K2>
 __device__ __forceinline__ void decode_tile_fragments(const uint32_t* tile, int lane, uint32_t frag[4],

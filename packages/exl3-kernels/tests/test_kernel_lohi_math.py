@@ -1,0 +1,78 @@
+"""The fragment bookkeeping of the GEMM's lohi variant (csrc/gemm/gemm_kernel.cuh, csrc/transform/input.cu),
+emulated on CPU.
+
+The kernel never runs here, so this test re-states its layout choices and checks that they add up to the right
+product: the input transform's lohi layout (per 16 columns of xh, 16 virtual columns xh[c & ~1] then 16 virtual
+columns xh[c | 1]), the mma.m16n8k16 fragment layouts of the PTX ISA (A: a0 = (row g, k 2q..2q+1), a1 = (row g + 8,
+k 2q..2q+1), a2 = (row g, k 2q+8..2q+9), a3 = (row g + 8, k 2q+8..2q+9); B: b0 = (k 2q..2q+1, column g), b1 = (k
+2q+8..2q+9, column g); g = lane / 4, q = lane % 4), the trellis position of decoded word j of lane t ((row, col) =
+(2 (t % 4) + (j & 1) + 8 ((j >> 1) & 1), t / 4 + 8 (j >> 2)), trellis.cuh), and the kernel's four MMAs per tile:
+(A1, w[4h], w[4h + 2]) and (A2, w[4h + 1], w[4h + 3]) into n8 half h. Their sum must be x @ (lo + hi).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def lohi_layout(xh: np.ndarray) -> np.ndarray:
+    """[m, k] -> [m, 2k] as input_transform(..., lohi=True) writes it, restated from the kernel's stores: lane l
+    with columns c = 16 b + 4 (l % 4) + {0..3} = (v0..v3) stores (v0, v0, v2, v2) at 32 b + 4 (l % 4) and
+    (v1, v1, v3, v3) 16 further."""
+    m, k = xh.shape
+    out = np.full((m, 2 * k), np.nan)
+    for col in range(0, k, 4):  # one lane's 4 columns
+        v = xh[:, col:col + 4]
+        dst = 2 * (col & ~15) + (col & 15)
+        out[:, dst:dst + 4] = np.stack([v[:, 0], v[:, 0], v[:, 2], v[:, 2]], axis=1)
+        out[:, dst + 16:dst + 20] = np.stack([v[:, 1], v[:, 1], v[:, 3], v[:, 3]], axis=1)
+    return out
+
+
+def a_from_fragments(a_virtual: np.ndarray) -> np.ndarray:
+    """The 16 x 16 A matrix an MMA sees when every lane's a0..a3 come from ldmatrix.x4 of a_virtual (16 x 16):
+    rebuilt element by element from the fragment layout, so a wrong layout assumption would show up."""
+    a = np.full((16, 16), np.nan)
+    for lane in range(32):
+        g, q = lane // 4, lane % 4
+        for reg, (r, c) in enumerate([(g, 2 * q), (g + 8, 2 * q), (g, 2 * q + 8), (g + 8, 2 * q + 8)]):
+            a[r, c:c + 2] = a_virtual[r, c:c + 2]
+    return a
+
+
+def test_lohi_mma_sum_is_the_product_with_lo_plus_hi():
+    rng = np.random.default_rng(0)
+    m, k = 16, 16
+    xh = rng.standard_normal((m, k))
+    lo = rng.standard_normal((16, 16))  # lo / hi halves of the decoded word of each tile position (row = k, col = n)
+    hi = rng.standard_normal((16, 16))
+    # lane t's decoded words j = 0..7: (lo, hi) of trellis position (row, col)
+    words = np.zeros((32, 8, 2))
+    for t in range(32):
+        for j in range(8):
+            r = 2 * (t % 4) + (j & 1) + 8 * ((j >> 1) & 1)
+            c = t // 4 + 8 * (j >> 2)
+            words[t, j] = lo[r, c], hi[r, c]
+    xv = lohi_layout(xh)  # [16, 32]: virtual k16 blocks 0 (A1) and 1 (A2) of this tile
+    assert not np.isnan(xv).any()
+    a1, a2 = a_from_fragments(xv[:, :16]), a_from_fragments(xv[:, 16:])
+    y = np.zeros((m, 16))
+    for h in range(2):
+        for a, (j0, j1) in ((a1, (4 * h, 4 * h + 2)), (a2, (4 * h + 1, 4 * h + 3))):
+            b = np.full((16, 8), np.nan)  # B of this MMA from the lanes' b0 = word j0, b1 = word j1
+            for t in range(32):
+                g, q = t // 4, t % 4
+                b[2 * q:2 * q + 2, g] = words[t, j0]
+                b[2 * q + 8:2 * q + 10, g] = words[t, j1]
+            assert not np.isnan(b).any()
+            y[:, 8 * h:8 * h + 8] += a @ b
+    np.testing.assert_allclose(y, xh @ (lo + hi), rtol=1e-12, atol=1e-12)
+
+
+def test_lohi_layout_duplicates_every_value_once_per_half():
+    """Each xh value appears exactly twice in its 32-column block, in A1 for even and in A2 for odd columns."""
+    xh = np.arange(3 * 64, dtype=float).reshape(3, 64)
+    xv = lohi_layout(xh)
+    for b in range(4):
+        blk = xv[:, 32 * b:32 * b + 32]
+        np.testing.assert_array_equal(blk[:, :16], xh[:, 16 * b + (np.arange(16) & ~1)])
+        np.testing.assert_array_equal(blk[:, 16:], xh[:, 16 * b + (np.arange(16) | 1)])
