@@ -142,11 +142,14 @@ __device__ __forceinline__ void reconstruct_n_row(const ReconstructParams& p, co
   }
 }
 
-// Resident blocks per SM asked of ptxas: 2 (96-102 registers, no spills; 13.7 of 16 warps active in ncu,
-// profiles/ncu-reconstruct_n-8050a45.txt). EXL3_RECONSTRUCT_N_MIN_BLOCKS=3 (80 registers, 16 bytes of spill in
-// some instances) is the A/B build for the next measurement (docs/device-workflow.md, pending list).
+// Resident blocks per SM asked of ptxas: 3 (80 registers; 8 bytes of stack in 4 of the 6 instances). At 2 it
+// used 96-102 registers with 13.7 of 16 warps active (profiles/ncu-reconstruct_n-8050a45.txt). Measured A/B in
+// one call on the H200 (2026-11-30, bench/results/profiles/gemm-ab-rn3-0ea6052.md): W_n for 4096x11008 K=4
+// 46.1 -> 39.7 us; op time 7 us lower on 4096x11008 at m = 512..2048 and 14 / 48 us lower on 17408x5120 at
+// m = 1024 / 2048, where the autotuner now prefers reconstruct_n to reconstruct_act.
+// Override with -DEXL3_RECONSTRUCT_N_MIN_BLOCKS=2 for an A/B build.
 #ifndef EXL3_RECONSTRUCT_N_MIN_BLOCKS
-#define EXL3_RECONSTRUCT_N_MIN_BLOCKS 2
+#define EXL3_RECONSTRUCT_N_MIN_BLOCKS 3
 #endif
 template <int CB, bool kBf16>
 __global__ void __launch_bounds__(256, EXL3_RECONSTRUCT_N_MIN_BLOCKS)
