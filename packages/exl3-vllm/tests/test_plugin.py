@@ -82,3 +82,34 @@ def test_checkpoint_found_without_maybe_update_config(llama_ckpt, dist):
     assert isinstance(layer.quant_method, Exl3LinearMethod)
     assert qc.checkpoint is not None and qc.model_name == str(llama_ckpt)
     assert tuple(layer.trellis.shape) == (16 * 16 * 64,) and layer.trellis.dtype == torch.int16
+
+
+def test_kernel_logs_go_through_vllm_handlers(monkeypatch):
+    """The autotuner's INFO lines reach vLLM's handler (they were dropped: exl3_kernels has no handler of its own)."""
+    import logging
+
+    from exl3_vllm.plugin import route_kernel_logs
+
+    kernels, vllm_log = logging.getLogger("exl3_kernels"), logging.getLogger("vllm")
+    records: list[logging.LogRecord] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    catch = Catch()
+    monkeypatch.setattr(kernels, "handlers", [])
+    monkeypatch.setattr(kernels, "propagate", True)
+    monkeypatch.setattr(kernels, "level", logging.NOTSET)
+    monkeypatch.setattr(vllm_log, "handlers", [catch])
+    monkeypatch.setattr(vllm_log, "level", logging.INFO)
+    route_kernel_logs()
+    logging.getLogger("exl3_kernels.autotune").info("exl3 autotune: primed %d m buckets", 3)
+    logging.getLogger("exl3_kernels.autotune").debug("not at INFO")
+    assert [r.getMessage() for r in records] == ["exl3 autotune: primed 3 m buckets"]
+    assert kernels.propagate is False
+    # an application that configured exl3_kernels itself is left alone
+    mine = Catch()
+    monkeypatch.setattr(kernels, "handlers", [mine])
+    route_kernel_logs()
+    assert kernels.handlers == [mine]

@@ -8,6 +8,8 @@ the ``exl3_kernels::linear`` op (importing :mod:`exl3_kernels` does that) and th
 
 from __future__ import annotations
 
+import logging
+
 __all__ = ["register"]
 
 _registered = False
@@ -24,4 +26,22 @@ def register() -> None:
     from .config import Exl3Config
 
     register_quantization_config("exl3")(Exl3Config)
+    route_kernel_logs()
     _registered = True
+
+
+def route_kernel_logs() -> None:
+    """Send the ``exl3_kernels`` loggers' records (e.g. the autotuner's "primed N m buckets" INFO line) through the
+    handlers of vLLM's ``vllm`` logger, so they appear in the server log with vLLM's format and level.
+
+    ``exl3_kernels`` is a plain library and configures no handler; under vLLM its INFO records were dropped (Python's
+    last-resort handler prints WARNING and above only; seen in the serving log of 552f39a). Left alone when the
+    application already gave ``exl3_kernels`` a handler or when ``vllm`` has none (``VLLM_CONFIGURE_LOGGING=0``).
+    """
+    kernels, vllm_log = logging.getLogger("exl3_kernels"), logging.getLogger("vllm")
+    if kernels.handlers or not vllm_log.handlers:
+        return
+    for h in vllm_log.handlers:
+        kernels.addHandler(h)
+    kernels.setLevel(vllm_log.level or logging.INFO)
+    kernels.propagate = False  # root handlers (if any) would print every record a second time
