@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import copies_for, graph_time_us, hbm_read_gbs, tensor_tflops  # noqa: E402
 
 from exl3_kernels import autotune  # noqa: E402
+from exl3_kernels.plan import m_bucket  # noqa: E402
 from exl3_kernels.linear import Exl3Layer, exl3_linear  # noqa: E402
 
 SHAPES = {  # name: (k, [n per shard], K offset per shard)
@@ -52,6 +53,21 @@ def make_layer(k, ns, Ks, codebook, seed):
     return Exl3Layer(trellis, suh, svh, codebook)
 
 
+def bucket_key(plans: dict, m: int):
+    """The autotune cache key of m's own bucket (key[1] is the m bucket, exl3_kernels.autotune._key).
+
+    The first call in a bucket also tunes every smaller bucket (autotune.prime_smaller_buckets), so the cache holds
+    several entries after one call; through 9c7cb9e this benchmark reported the first one, which is the bucket of
+    m / 2 (tuned on m / 2 rows): the "plan" and "autotune_us" fields of results from 0c86824 through 9c7cb9e describe
+    that bucket for m > 1, while "ours_us" was always measured with m's own plan. Raises KeyError if m's bucket
+    is missing."""
+    want = m_bucket(m)
+    hits = [k for k in plans if k[1] == want]
+    if len(hits) != 1:
+        raise KeyError(f"bench_gemm: expected one cached plan for the m bucket {want}, found {len(hits)}")
+    return hits[0]
+
+
 def exllamav3_ext():
     try:
         from exllamav3.ext import exllamav3_ext as ext  # noqa: F401
@@ -68,9 +84,9 @@ def bench_point(k, ns, Ks, m, codebook, layers, dense, ext, rates):
     out = {"m": m}
     autotune.clear()
     exl3_linear(x, layers[0])  # autotune for this m bucket (eager, outside capture)
-    plan = next(iter(autotune.cached_plans().values()))
-    out["plan"] = str(plan)
-    out["autotune_us"] = next(iter(autotune.cached_timings().values()), {})  # {"first": .., "finalists": ..} cold medians
+    key = bucket_key(autotune.cached_plans(), m)
+    out["plan"] = str(autotune.cached_plans()[key])
+    out["autotune_us"] = autotune.cached_timings().get(key, {})  # {"first": .., "finalists": ..} cold medians
     out["ours_us"] = graph_time_us([lambda L=L: exl3_linear(x, L) for L in layers])
     out["cublas_us"] = graph_time_us([lambda W=W: x @ W for W in dense])
     if ext is not None and len(ns) == 1:
