@@ -57,6 +57,20 @@ bool device_has_pdl(const at::Device& device) {
   return major >= 9;
 }
 
+// Multiprocessor count of a device (cached per device index; CUDAContext.h is avoided: it needs the cuSPARSE headers).
+int sm_count(const at::Device& device) {
+  static std::atomic<int> cached[64];  // 0 unknown
+  const int i = device.index();
+  if (i >= 0 && i < 64) {
+    const int c = cached[i].load(std::memory_order_relaxed);
+    if (c != 0) return c;
+  }
+  int sms = 0;
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, i), "cudaDeviceGetAttribute");
+  if (i >= 0 && i < 64) cached[i].store(sms, std::memory_order_relaxed);
+  return sms;
+}
+
 int k2_of(const Tensor& trellis, int64_t i) {
   TORCH_CHECK(trellis.dim() == 3, "exl3_kernels: trellis[", i, "] must be 3-D [k/16, n/16, 16K], got ", trellis.sizes());
   const int64_t last = trellis.size(2);
@@ -179,7 +193,12 @@ Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vec
   Tensor y = at::empty({m, n_total}, xh.options().dtype(out_dtype));
   p.y = y.data_ptr();
   p.y_bf16 = out_dtype == at::kBFloat16;
-  p.pdl = pdl && device_has_pdl(xh.device()) ? 1 : 0;
+  // PDL only for grids of at least one block per SM: a smaller grid launched early (while the input transform's
+  // blocks still fill the SMs) was measured 1.6x slower on the H200 (qkv 4096x6144, m = 256, BM128 split 1, 96 blocks:
+  // 122.5 us with PDL, 75.8 without; bench/results/profiles/replay-gap-9c7cb9e/), which we read as its blocks being
+  // placed two per SM on the first SMs to free up instead of one per SM.
+  const int64_t grid_blocks = (n_total / 128) * ((m + bm - 1) / bm) * split;
+  p.pdl = pdl && device_has_pdl(xh.device()) && grid_blocks >= sm_count(xh.device()) ? 1 : 0;
   if (m > 0)
     check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), static_cast<int>(bm), lohi,
                                  c10::cuda::getCurrentCUDAStream(xh.device().index()).stream()),
