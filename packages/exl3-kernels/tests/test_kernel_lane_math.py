@@ -52,3 +52,54 @@ def test_lane_window_reproduces_unpack(K):
             u16 = trellis[a, b].numpy().view(np.uint16).astype(np.uint32)
             words = u16[0::2] | (u16[1::2] << 16)  # little-endian 32-bit words
             assert np.array_equal(lane_states(words, k2), states[a, b].astype(np.int64) & 0xFFFF), (K, a, b)
+
+
+def const_shift(k2: int) -> int | None:
+    """TrellisBits<K2>::kShift where kConstShift (K2 % 8 == 0: K = 4, 8), else None."""
+    return (k2 // 2 + 16) % 32 if k2 % 8 == 0 else None
+
+
+def lane_states_const_shift(words: np.ndarray, k2: int) -> np.ndarray:
+    """The constant-shift path of lane_states (K = 4, 8): state j read from the RAW 96-bit window at kShift + o_j,
+    without normalising; the third word only where TrellisBits::kUsesWord2 (it is passed as 0 otherwise)."""
+    R = const_shift(k2)
+    uses_w2 = R + end_bit(7, k2) - end_bit(0, k2) + 16 > 64
+    n_words, n_bits, kf = 4 * k2, 128 * k2, k2 // 2
+    out = np.zeros(256, dtype=np.int64)
+    for t in range(32):
+        s0 = t * 4 * k2 + kf - 16
+        if s0 < 0:
+            s0 += n_bits
+        a = s0 >> 5
+        assert s0 & 31 == R, (k2, t)  # every lane's runtime shift is the compile-time constant
+        w = [int(words[(a + i) % n_words]) for i in range(3)]
+        if not uses_w2:
+            w[2] = 0
+        raw = (w[0] << 64) | (w[1] << 32) | w[2]
+        for j in range(8):
+            o = R + end_bit(j, k2) - end_bit(0, k2)
+            assert o + 16 <= (96 if uses_w2 else 64), (k2, t, j)
+            out[8 * t + j] = (raw >> (96 - o - 16)) & 0xFFFF
+    return out
+
+
+@pytest.mark.parametrize("K", [4, 8])
+def test_constant_shift_window_reproduces_unpack(K):
+    k2 = 2 * K
+    assert const_shift(k2) == {4: 20, 8: 24}[K]
+    g = torch.Generator().manual_seed(100 + k2)
+    trellis = torch.randint(-32768, 32768, (3, 2, 8 * k2), generator=g, dtype=torch.int32).to(torch.int16)
+    states = reference.unpack_trellis(trellis, K).numpy()
+    for a in range(trellis.shape[0]):
+        for b in range(trellis.shape[1]):
+            u16 = trellis[a, b].numpy().view(np.uint16).astype(np.uint32)
+            words = u16[0::2] | (u16[1::2] << 16)
+            assert np.array_equal(lane_states_const_shift(words, k2), states[a, b].astype(np.int64) & 0xFFFF), (K, a, b)
+
+
+def test_constant_shift_only_where_every_lane_agrees():
+    """kConstShift is exactly the set of K where s0 % 32 is the same for all 32 lanes."""
+    for K in ALL_K:
+        k2 = int(round(2 * K))
+        shifts = {((t * 4 * k2 + k2 // 2 - 16) % (128 * k2)) & 31 for t in range(32)}
+        assert (len(shifts) == 1) == (const_shift(k2) is not None), K

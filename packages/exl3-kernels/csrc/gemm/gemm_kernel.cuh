@@ -240,13 +240,15 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
     if (it + kStages - 1 < num_stages) load_stage(nxt_a, nxt_b);
     cp_async_commit();
     const uint32_t wa0 = w_addr0 + cur_b, wa1 = w_addr1 + cur_b, wa2 = w_addr2 + cur_b;
+    // The third window word is not needed at K = 4 (TrellisBits::kUsesWord2): skip its shared load.
+    constexpr bool kW2 = TrellisBits<K2>::kUsesWord2;
     static_for<kBK / 16>([&](auto kk_c) {
       constexpr int kk = decltype(kk_c)::value;
       constexpr int kWOff = kk * 8 * kTileWords * 4;
       if constexpr (LOHI) {
         uint32_t w[8];
-        decode_window_lohi<CB, K2>(lds_u32_at<kWOff>(wa0), lds_u32_at<kWOff>(wa1), lds_u32_at<kWOff>(wa2), lw.r, w,
-                                   dk);
+        decode_window_lohi<CB, K2>(lds_u32_at<kWOff>(wa0), lds_u32_at<kWOff>(wa1),
+                                   kW2 ? lds_u32_at<kWOff>(wa2) : 0u, lw.r, w, dk);
         const uint32_t la1 = a_ld[2 * kk] + cur_a, la2 = a_ld[2 * kk + 1] + cur_a;
         static_for<kMB>([&](auto mb_c) {
           constexpr int mb = decltype(mb_c)::value;
@@ -262,8 +264,8 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
         });
       } else {
         uint32_t frag[4];
-        decode_window_fragments<CB, K2>(lds_u32_at<kWOff>(wa0), lds_u32_at<kWOff>(wa1), lds_u32_at<kWOff>(wa2), lw.r,
-                                        frag, dk);
+        decode_window_fragments<CB, K2>(lds_u32_at<kWOff>(wa0), lds_u32_at<kWOff>(wa1),
+                                        kW2 ? lds_u32_at<kWOff>(wa2) : 0u, lw.r, frag, dk);
         const uint32_t la = a_ld[kk] + cur_a;
         static_for<kMB>([&](auto mb_c) {
           constexpr int mb = decltype(mb_c)::value;

@@ -43,6 +43,15 @@ struct TrellisBits {
   }
   // Offset of state j inside the normalized window (start of the window = start of state 0).
   static constexpr int state_offset(int j) { return end_bit(j) - end_bit(0); }
+  // K = 4 and 8 (K2 % 8 == 0): 8tK is a multiple of 32, so every lane's window starts at the same bit of its first
+  // word, kShift = (K - 16) mod 32 = K + 16 (LaneWindow::make: s0 = 8tK + K - 16 mod 256K): 20 for K = 4, 24 for
+  // K = 8. The decoders then read the states straight from the raw words at compile-time offsets kShift + o_j and
+  // skip the three normalising funnel shifts; at K = 4 the states end at bit 20 + 28 + 16 = 64, so the third word
+  // is not read at all (kUsesWord2). ALU instructions per lane and tile at K = 4: 3 + 13 -> 13 extraction, and one
+  // shared load fewer.
+  static constexpr bool kConstShift = (K2 % 8) == 0;
+  static constexpr int kShift = kConstShift ? (K2 / 2 + 16) % 32 : 0;
+  static constexpr bool kUsesWord2 = !kConstShift || kShift + state_offset(7) + 16 > 64;
 };
 
 // Extract 16 bits at MSB-first offset O (compile time) from the normalized 96-bit window u0:u1:u2.
@@ -91,25 +100,45 @@ struct LaneWindow {
   }
 };
 
-// Decode the 8 states of a lane from its three raw window words (LaneWindow::off): the funnel shift by r
-// normalizes the window so that state 0 starts at bit 0 (MSB-first) of u0; bits past 96 - r are never
-// needed (see the header comment). funnelshift_l(lo, hi, r) = high word of (hi:lo) << r.
+// The 8 states of a lane from its three raw window words (LaneWindow::off). In general the funnel shift by r
+// normalizes the window so that state 0 starts at bit 0 (MSB-first) of u0; bits past 96 - r are never needed (see
+// the header comment). funnelshift_l(lo, hi, r) = high word of (hi:lo) << r. For K = 4 and 8, r is the same
+// compile-time constant in every lane (TrellisBits::kShift) and the states are read from the raw words directly
+// (`r` is then unused; w2 too at K = 4).
+template <int K2>
+__device__ __forceinline__ void lane_states(uint32_t w0, uint32_t w1, uint32_t w2, int r, uint32_t s[8]) {
+  using B = TrellisBits<K2>;
+  if constexpr (B::kConstShift) {
+    constexpr int R = B::kShift;
+    s[0] = window_bits16<R + B::state_offset(0)>(w0, w1, w2);
+    s[1] = window_bits16<R + B::state_offset(1)>(w0, w1, w2);
+    s[2] = window_bits16<R + B::state_offset(2)>(w0, w1, w2);
+    s[3] = window_bits16<R + B::state_offset(3)>(w0, w1, w2);
+    s[4] = window_bits16<R + B::state_offset(4)>(w0, w1, w2);
+    s[5] = window_bits16<R + B::state_offset(5)>(w0, w1, w2);
+    s[6] = window_bits16<R + B::state_offset(6)>(w0, w1, w2);
+    s[7] = window_bits16<R + B::state_offset(7)>(w0, w1, w2);
+  } else {
+    const uint32_t u0 = __funnelshift_l(w1, w0, r);
+    const uint32_t u1 = __funnelshift_l(w2, w1, r);
+    const uint32_t u2 = w2 << r;
+    s[0] = window_bits16<B::state_offset(0)>(u0, u1, u2);
+    s[1] = window_bits16<B::state_offset(1)>(u0, u1, u2);
+    s[2] = window_bits16<B::state_offset(2)>(u0, u1, u2);
+    s[3] = window_bits16<B::state_offset(3)>(u0, u1, u2);
+    s[4] = window_bits16<B::state_offset(4)>(u0, u1, u2);
+    s[5] = window_bits16<B::state_offset(5)>(u0, u1, u2);
+    s[6] = window_bits16<B::state_offset(6)>(u0, u1, u2);
+    s[7] = window_bits16<B::state_offset(7)>(u0, u1, u2);
+  }
+}
+
+// Decode the 8 states of a lane (lane_states) into its 4 half2 B fragments.
 template <int CB, int K2>
 __device__ __forceinline__ void decode_window_fragments(uint32_t w0, uint32_t w1, uint32_t w2, int r, uint32_t frag[4],
                                                         const DecodeConsts& k) {
-  using B = TrellisBits<K2>;
-  const uint32_t u0 = __funnelshift_l(w1, w0, r);
-  const uint32_t u1 = __funnelshift_l(w2, w1, r);
-  const uint32_t u2 = w2 << r;
   uint32_t s[8];
-  s[0] = window_bits16<B::state_offset(0)>(u0, u1, u2);
-  s[1] = window_bits16<B::state_offset(1)>(u0, u1, u2);
-  s[2] = window_bits16<B::state_offset(2)>(u0, u1, u2);
-  s[3] = window_bits16<B::state_offset(3)>(u0, u1, u2);
-  s[4] = window_bits16<B::state_offset(4)>(u0, u1, u2);
-  s[5] = window_bits16<B::state_offset(5)>(u0, u1, u2);
-  s[6] = window_bits16<B::state_offset(6)>(u0, u1, u2);
-  s[7] = window_bits16<B::state_offset(7)>(u0, u1, u2);
+  lane_states<K2>(w0, w1, w2, r, s);
   frag[0] = decode_pair<CB>(s[0], s[1], k);
   frag[1] = decode_pair<CB>(s[2], s[3], k);
   frag[2] = decode_pair<CB>(s[4], s[5], k);
@@ -125,18 +154,10 @@ template <int CB, int K2>
 __device__ __forceinline__ void decode_window_lohi(uint32_t w0, uint32_t w1, uint32_t w2, int r, uint32_t out[8],
                                                    const DecodeConsts& k) {
   static_assert(CB != kCbMul1, "mul1 has no lo/hi halves: its weight is one fma of the byte sum");
-  using B = TrellisBits<K2>;
-  const uint32_t u0 = __funnelshift_l(w1, w0, r);
-  const uint32_t u1 = __funnelshift_l(w2, w1, r);
-  const uint32_t u2 = w2 << r;
-  out[0] = decode_lohi<CB>(window_bits16<B::state_offset(0)>(u0, u1, u2), k);
-  out[1] = decode_lohi<CB>(window_bits16<B::state_offset(1)>(u0, u1, u2), k);
-  out[2] = decode_lohi<CB>(window_bits16<B::state_offset(2)>(u0, u1, u2), k);
-  out[3] = decode_lohi<CB>(window_bits16<B::state_offset(3)>(u0, u1, u2), k);
-  out[4] = decode_lohi<CB>(window_bits16<B::state_offset(4)>(u0, u1, u2), k);
-  out[5] = decode_lohi<CB>(window_bits16<B::state_offset(5)>(u0, u1, u2), k);
-  out[6] = decode_lohi<CB>(window_bits16<B::state_offset(6)>(u0, u1, u2), k);
-  out[7] = decode_lohi<CB>(window_bits16<B::state_offset(7)>(u0, u1, u2), k);
+  uint32_t s[8];
+  lane_states<K2>(w0, w1, w2, r, s);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) out[j] = decode_lohi<CB>(s[j], k);
 }
 
 // Decode lane's 8 positions of one tile (in shared memory) into 4 half2 B-fragment registers.
