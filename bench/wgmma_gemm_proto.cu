@@ -3,9 +3,17 @@
 // shared memory, fp32 accumulators in registers). No input/output transforms (no Hadamard, no svh): Ŵ is the raw
 // decoded trellis, as reconstruct(transform=False) would give. Self-checking; see the end of docs/hopper-gemm.md.
 //
-// Build (from the repository root; needs no torch):
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Ipackages/exl3-kernels/csrc/include \
-//        bench/wgmma_gemm_proto.cu -lcublas -o /tmp/wgmma_gemm_proto
+// Build (from the repository root; needs no torch). --expt-relaxed-constexpr is needed by trellis.cuh (its
+// constexpr TrellisBits helpers are called from device code; setup.py passes the same flag):
+//   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
+//        -Ipackages/exl3-kernels/csrc/include bench/wgmma_gemm_proto.cu -lcublas -o /tmp/wgmma_gemm_proto
+// If the CUDA toolkit has no cuBLAS (as on the dev box: nvcc 13.0 alone), take it from the venv's wheel. Its
+// include dir also holds crt/ headers of another version, so add it AFTER the system dirs (-idirafter), not -I:
+//   V=.venv/lib/python3.11/site-packages/nvidia/cu13
+//   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
+//        -Ipackages/exl3-kernels/csrc/include -Xcompiler -idirafter -Xcompiler $V/include \
+//        bench/wgmma_gemm_proto.cu -L$V/lib -l:libcublas.so.13 -Xlinker -rpath=$PWD/$V/lib -o /tmp/wgmma_gemm_proto
+// Add -Xptxas -v to see registers (155, no spills) and the absence of the C7510 wgmma-serialization remark.
 // Run (H100/H200, no arguments):  /tmp/wgmma_gemm_proto
 //   optional: /tmp/wgmma_gemm_proto check   (correctness only)   /tmp/wgmma_gemm_proto time   (timing only)
 // Exit code: 0 when every check passes, 1 on any FAIL, 2 on a CUDA error or a pipeline timeout.
@@ -324,11 +332,21 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_b
     const uint32_t boff = (uint32_t)(slot * kBStageBytes);
     const uint32_t a0 = w0 + toff, a1 = w1 + toff, a2 = w2 + toff;
     const uint32_t b0 = xo0 + boff, b1 = xo1 + boff;
+    // All 24 window words first: in program order each tile's loads would otherwise sit behind the previous
+    // tile's stores (ptxas keeps shared loads after shared stores it cannot disambiguate), exposing the load
+    // latency 8 times per stage; this way the decode of tile tc + 1 overlaps the stores of tile tc.
+    uint32_t wv[8][3];
     static_for<8>([&](auto tc_c) {
       constexpr int tc = decltype(tc_c)::value;
       constexpr int kW = tc * kTileWords * 4;
+      wv[tc][0] = lds_at<kW>(a0);
+      wv[tc][1] = lds_at<kW>(a1);
+      wv[tc][2] = lds_at<kW>(a2);
+    });
+    static_for<8>([&](auto tc_c) {
+      constexpr int tc = decltype(tc_c)::value;
       uint32_t frag[4];
-      exl3::decode_window_fragments<CB, K2>(lds_at<kW>(a0), lds_at<kW>(a1), lds_at<kW>(a2), lw.r, frag, dk);
+      exl3::decode_window_fragments<CB, K2>(wv[tc][0], wv[tc][1], wv[tc][2], lw.r, frag, dk);
       // frag f: k chunk f & 1 (b0 / b1), column half f >> 1 (+8 columns = +1024 bytes).
       sts_at<(16 * tc + 0) * 128>(b0, frag[0]);
       sts_at<(16 * tc + 0) * 128>(b1, frag[1]);
