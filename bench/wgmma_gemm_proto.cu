@@ -13,7 +13,7 @@
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //        -Ipackages/exl3-kernels/csrc/include -Xcompiler -idirafter -Xcompiler $V/include \
 //        bench/wgmma_gemm_proto.cu -L$V/lib -l:libcublas.so.13 -Xlinker -rpath=$PWD/$V/lib -o /tmp/wgmma_gemm_proto
-// Add -Xptxas -v to see registers (155, no spills) and the absence of the C7510 wgmma-serialization remark.
+// Add -Xptxas -v to see registers (154, no spills) and the absence of the C7510 wgmma-serialization remark.
 // Run (H100/H200, no arguments):  /tmp/wgmma_gemm_proto
 //   optional: /tmp/wgmma_gemm_proto check   (correctness only)   /tmp/wgmma_gemm_proto time   (timing only)
 // Exit code: 0 when every check passes, 1 on any FAIL, 2 on a CUDA error or a pipeline timeout.
@@ -70,6 +70,7 @@
 //     chosen because it is the canonical, bank-conflict-free layout for the wgmma reads.)
 //   A cp.async: thread t copies chunk c = t % 8 of rows t/8 + 16j (j = 0..15); a warp writes rows 4w'..4w'+3 of
 //     one 1024-byte atom, 512 contiguous bytes: conflict-free; global reads are whole 128-byte row segments.
+//     Rows >= m are skipped (not zero-filled): they only feed output rows >= m, which are not stored.
 //   Raw trellis: tile (tr, tc) of the stage at word (tr*8 + tc) * 4*K2, copied verbatim (one tile row of 8 tiles
 //     is contiguous in global memory); lanes read 3 nearly consecutive words each (at most 2-way conflicted).
 // Accumulator layout (PTX ISA "Register Fragments and Shared Memory Matrix Layouts: wgmma .m64nNk16, Matrix D"):
@@ -274,20 +275,22 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_b
   const int tiles_n = p.n / 16;
   const uint32_t full0 = smem + bar_off(K2), empty0 = full0 + 8 * kStages;
 
-  // A copy: chunk a_c of rows a_r + 16 j (same swizzle for all j since 16 j does not change r & 7).
+  // A copy: chunk a_c of rows a_r + 16 j (same swizzle for all j since 16 j does not change r & 7). Rows >= m are
+  // not copied at all: whatever stale data their shared rows hold only reaches rows >= m of the wgmma result (each
+  // row of D depends on its own row of A only), and those are never stored. So only j < a_nj are issued.
   const int a_r = pt >> 3, a_c = pt & 7;
   const uint32_t a_dst = smem + kAOff + (uint32_t)(a_r * 128 + ((a_c ^ (a_r & 7)) << 4));
+  const int rows_here = min(kBM, p.m - row0);
+  const int a_nj = rows_here > a_r ? (rows_here - a_r + 15) / 16 : 0;
+  const char* a_src = reinterpret_cast<const char*>(p.A + (int64_t)(row0 + min(a_r, rows_here - 1)) * p.k + a_c * 8);
+  const int64_t a_step16 = (int64_t)16 * p.k * 2;  // bytes between rows a_r + 16 j and a_r + 16 (j + 1)
   // Raw trellis copy: chunk c = pt + 128 j of the stage; tile row c / (8 K2), chunk c % (8 K2) inside it.
   auto issue_loads = [&](int s) __attribute__((always_inline)) {
     const int slot = s % kStages, tslot = s % kRaw;
-    const int64_t kcol = (int64_t)(s_begin + s) * kBK + a_c * 8;
+    const char* a_s = a_src + (int64_t)(s_begin + s) * (kBK * 2);
 #pragma unroll
-    for (int j = 0; j < kBM / 16; ++j) {
-      const int r = row0 + a_r + 16 * j;
-      const bool ok = r < p.m;
-      const __half* src = p.A + (int64_t)(ok ? r : row0) * p.k + kcol;
-      cp_async16(a_dst + slot * kAStageBytes + j * 16 * 128, src, ok ? 16 : 0);
-    }
+    for (int j = 0; j < kBM / 16; ++j)
+      if (j < a_nj) cp_async16(a_dst + slot * kAStageBytes + j * 16 * 128, a_s + j * a_step16, 16);
 #pragma unroll
     for (int j = 0; j < kTPer; ++j) {
       const int c = pt + kProducers * j;
@@ -624,6 +627,13 @@ static void identity_diagnostic(int m, int k, int n, const uint32_t* d_trellis, 
 // One correctness case; returns true on PASS.
 template <int CB, int K2>
 static bool check_case(int m, int k, int n, int split, uint64_t seed) {
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  if ((size_t)smem_bytes(K2) > prop.sharedMemPerBlockOptin) {
+    std::printf("check cb=%s K=%g: SKIP, needs %d bytes of shared memory, the device allows %zu\n", cb_name(CB),
+                K2 / 2.0, smem_bytes(K2), (size_t)prop.sharedMemPerBlockOptin);
+    return true;
+  }
   const size_t tw = (size_t)(k / 16) * (n / 16) * 4 * K2;
   uint32_t* d_T;
   __half *d_A, *d_W;
