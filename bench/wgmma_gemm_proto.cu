@@ -13,7 +13,7 @@
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //        -Ipackages/exl3-kernels/csrc/include -Xcompiler -idirafter -Xcompiler $V/include \
 //        bench/wgmma_gemm_proto.cu -L$V/lib -l:libcublas.so.13 -Xlinker -rpath=$PWD/$V/lib -o /tmp/wgmma_gemm_proto
-// Add -Xptxas -v to see registers (154, no spills) and the absence of the C7510 wgmma-serialization remark.
+// Add -Xptxas -v to see registers (154 for mcg K = 4, up to 163 over the built instances; no spills) and the absence of the C7510 wgmma-serialization remark.
 // Run (H100/H200, no arguments):  /tmp/wgmma_gemm_proto
 //   optional: /tmp/wgmma_gemm_proto check   (correctness only)   /tmp/wgmma_gemm_proto time   (timing only)
 // Exit code: 0 when every check passes, 1 on any FAIL, 2 on a CUDA error or a pipeline timeout.
