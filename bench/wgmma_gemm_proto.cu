@@ -13,13 +13,33 @@
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //        -Ipackages/exl3-kernels/csrc/include -Xcompiler -idirafter -Xcompiler $V/include \
 //        bench/wgmma_gemm_proto.cu -L$V/lib -l:libcublas.so.13 -Xlinker -rpath=$PWD/$V/lib -o /tmp/wgmma_gemm_proto
-// Add -Xptxas -v to see registers (154 for mcg K = 4, up to 163 over the built instances; no spills) and the absence of the C7510 wgmma-serialization remark.
+// Add -Xptxas -v: 35 kernel instances, no spills, no stack; launch registers 168 / 128 / 96 for P = 1 / 2 / 3.
+// P = 1 has no wgmma remark; P = 2, 3 (full and mma-only) carry C7518 (wgmma serialized: compiler-inserted
+// warpgroup wait in a divergent path), the price of the if/else role split that keeps their accumulators in
+// registers (the P = 1 fall-through layout spills them at P = 2, 3: C7512). See "Producer warpgroups" below.
+// Output binary: the dev box writes it to build/wgmma_gemm_proto (git-ignored) instead of /tmp.
 // Run (H100/H200, no arguments):  /tmp/wgmma_gemm_proto
-//   optional: /tmp/wgmma_gemm_proto check   (correctness only)   /tmp/wgmma_gemm_proto time   (timing only)
+//   optional: /tmp/wgmma_gemm_proto check   (correctness only: the 12 checks for each P = 1, 2, 3)
+//             /tmp/wgmma_gemm_proto time    (timing only: per m, cuBLAS and for each P the full kernel, mma-only
+//                                            and decode-only; JSON lines carry "P" and "variant")
+// Measured (H200, 2026-11-30, the P = 1 kernel before the changes below): all 12 checks PASS; 4096x11008 m = 128 /
+// 256 / 1024 / 4096: 58.7 / 79.4 / 295.3 / 988.2 us (cuBLAS fp16 39.0 / 49.5 / 146.5 / 522.9); 17408x5120 m = 1024 /
+// 4096: 474.2 / 1804.0 us (cuBLAS 244.4 / 960.9); ~300-420 TFLOP/s at every m: decode-bound (~1.5 us per stage
+// and SM at m = 4096 against 0.57 us of MMA at the measured wgmma peak of 971 TFLOP/s).
+// The P variants below: not yet run.
 // Exit code: 0 when every check passes, 1 on any FAIL, 2 on a CUDA error or a pipeline timeout.
 //
 // ---------------------------------------------------------------------------------------------------------------
-// Design (one block per SM: 384 threads = 3 warpgroups, ~213 KB shared memory at K = 4)
+// Producer warpgroups (template P = 1, 2, 3; 128 (P + 2) threads, one block per SM). The first P warpgroups
+//   produce, the last two consume. setmaxnreg moves registers inside the block's pool (threads x launch registers):
+//   P = 1: 168 at launch, producers dec 96, consumers inc 200; P = 2: 128 -> 72 / 184; P = 3: 96 -> 48 / 168
+//   (static_asserts in Cfg). Producer warp w decodes tile row w & 3 and tile columns cg, cg + P, ... with
+//   cg = ((w >> 2) + stage) % P: 8 / 4 / 3-3-2 tiles per warp and stage (P = 3 rotates which group has 2), copies
+//   the raw trellis of exactly those tiles itself (so cp.async.wait_group + __syncwarp replaces the producers' named
+//   barrier, and producer warps only meet at full / empty), and all 128 P producer threads share the A cp.async
+//   (rows a_r + 16 P j). full[] counts 128 P arrivals. K = 4 and K = 8: constant funnel shift r (20, 24), states
+//   read from the raw words at o_j + r (no normalising shifts; K = 4 loads 2 window words, not 3).
+// Design (P = 1: 384 threads = 3 warpgroups, ~213 KB shared memory at K = 4)
 //   Block tile BM = 256 rows x BN = 128 columns (8 trellis tile columns), BK = 64 k per stage (4 tile rows).
 //   WG0 (warps 0-3)  = producer: cp.async of A (BM x 64 fp16) and of the raw trellis (4 x 8 tiles) 2 stages
 //                      ahead; decode of the trellis of the current stage into the B stage (warp w decodes tile
@@ -37,17 +57,17 @@
 //   Split-k over gridDim.z (stage ranges), fp32 red.global.add into a zeroed C when split > 1.
 //
 // Barrier protocol (mbarrier, PTX ISA "Parallel Synchronization and Communication Instructions: mbarrier"):
-//   full[slot]  count 128 (every producer thread arrives once per use, after its cp.async group for the stage
+//   full[slot]  count 128 P (every producer thread arrives once per use, after its cp.async group for the stage
 //               completed, after its st.shared of decoded B, and after fence.proxy.async.shared::cta, which
 //               makes its generic-proxy shared writes visible to the async proxy that wgmma reads through).
 //   empty[slot] count 256 (every consumer thread arrives once per use, after wgmma.wait_group proved the wgmmas
 //               that read the slot complete).
 //   Stage s uses slot s % 4, the (s / 4)-th completion of each barrier: waits use parity (s / 4) & 1.
 //   Producer iteration s: (1) wait empty for stage s + 2 - 4, issue loads of stage s + 2, commit;
-//   (2) cp.async.wait_group 2 (stage s landed for this thread) + bar.sync 1,128 among producers (the raw words a
-//   lane reads were copied by other threads); (3) decode stage s into B[s % 4]; (4) fence.proxy.async, arrive
-//   full[s % 4]. The raw ring slot written at (1) last held stage s - 2, whose readers all passed the bar.sync of
-//   iteration s - 1. Every wait is bounded (kSpinLimit, kTimeoutNs): a protocol bug writes a record to mapped host
+//   (2) cp.async.wait_group 2 (stage s landed for this thread) + __syncwarp (the raw words a lane reads were
+//   copied by lanes of its own warp); (3) decode stage s into B[s % 4]; (4) fence.proxy.async, arrive
+//   full[s % 4]. The raw ring slot written at (1) last held stage s - 2, read only by this warp, whose lanes all
+//   passed the __syncwarp of iteration s - 1. Every wait is bounded (kSpinLimit, kTimeoutNs): a protocol bug writes a record to mapped host
 //   memory and traps; the host prints the record instead of hanging.
 //
 // Shared-memory layouts (PTX ISA "Asynchronous Warpgroup Level Matrix Shared Memory Layout", "Matrix Descriptor
@@ -118,8 +138,30 @@ constexpr int kBM = 256, kBN = 128, kBK = 64;
 constexpr int kStages = 4;           // A/B ring
 constexpr int kAhead = 2;            // cp.async issued this many stages ahead of the decode
 constexpr int kRaw = kAhead + 2;     // raw trellis ring (see the protocol above)
-constexpr int kProducers = 128;      // WG0
-constexpr int kThreads = 384;        // WG0 producer + WG1, WG2 consumers
+constexpr int kConsumers = 256;      // 2 consumer warpgroups
+// P producer warpgroups (WG0 .. WG(P-1)), then the two consumer warpgroups. Registers per thread: kLaunchRegs is
+// what __launch_bounds__(kThreads(P), 1) gives (65536 / threads, rounded down to 8); the block's pool is
+// kThreads * kLaunchRegs, and setmaxnreg moves registers from the producers (dec to kProdRegs) to the consumers
+// (inc to kConsRegs). The sum after the moves must fit the pool, or setmaxnreg.inc blocks forever.
+template <int P>
+struct Cfg {
+  static_assert(P >= 1 && P <= 3, "1..3 producer warpgroups");
+  static constexpr int kProducers = 128 * P;
+  static constexpr int kThreads = kProducers + kConsumers;
+  static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;  // 168, 128, 96
+  static constexpr int kProdRegs = P == 1 ? 96 : (P == 2 ? 72 : 48);
+  static constexpr int kConsRegs = P == 1 ? 200 : (P == 2 ? 184 : 168);
+  static_assert(kProdRegs % 8 == 0 && kConsRegs % 8 == 0 && kProdRegs >= 24 && kConsRegs <= 256, "setmaxnreg range");
+  static_assert(kProdRegs <= kLaunchRegs && kConsRegs >= kLaunchRegs, "dec / inc directions");
+  static_assert(kProducers * kProdRegs + kConsumers * kConsRegs <= kThreads * kLaunchRegs, "register pool");
+  // Decode split: warp w of the producers takes tile row w & 3 of the stage and column group w >> 2 (0..P-1),
+  // rotated by the stage: column group cg = ((w >> 2) + s) % P decodes tile columns cg, cg + P, cg + 2P, ... < 8.
+  static constexpr int kMaxTiles = (8 + P - 1) / P;  // 8, 4, 3 (P = 3: groups of 3, 3, 2 tiles)
+};
+// Variants (time mode diagnostics): 0 = full kernel; 1 = mma-only (producers copy A and keep the barrier protocol,
+// no trellis copy, no decode, no B stores: B is garbage); 2 = decode-only (consumers keep the barrier protocol but
+// issue no wgmma and store nothing).
+constexpr int kFull = 0, kMmaOnly = 1, kDecodeOnly = 2;
 constexpr int kAStageBytes = kBM * kBK * 2;  // 32 KB
 constexpr int kBStageBytes = kBN * kBK * 2;  // 16 KB
 constexpr int kAOff = 0;
@@ -264,52 +306,103 @@ struct Params {
   int atomic;               // 1: red.add into C (split-k), 0: store
 };
 
-// ------------------------------------------------------------------ producer (warpgroup 0)
+// ------------------------------------------------------------------ producers (warpgroups 0 .. P-1)
+// Decode of one tile from the lane's raw window words. For K = 4 and K = 8 (4*K2 a multiple of 32 bits per lane)
+// every lane's funnel shift r = (8 t K + K - 16) mod 32 is the same constant, K + 16 (20 and 24; LaneWindow::make),
+// so the states are read straight from the raw words at the compile-time offsets o_j + r: no normalising shifts,
+// and only the words that hold bits (K = 4: 2 of the 3, the window ends at bit 64). Other K: trellis.cuh's path.
+template <int K2>
+struct RawWindow {
+  using B = exl3::TrellisBits<K2>;
+  static constexpr bool kConstR = (4 * K2) % 32 == 0;
+  static constexpr int kR = (B::kFloor + 16) % 32;
+  static constexpr int kWords = kConstR ? (kR + B::state_offset(7) + 16 + 31) / 32 : 3;
+};
 template <int CB, int K2>
+__device__ __forceinline__ void decode_raw_tile(const uint32_t (&w)[3], int r, uint32_t (&frag)[4],
+                                                const exl3::DecodeConsts& dk) {
+  using RW = RawWindow<K2>;
+  using B = exl3::TrellisBits<K2>;
+  if constexpr (RW::kConstR) {
+    uint32_t st[8];
+    static_for<8>([&](auto j_c) {
+      constexpr int j = decltype(j_c)::value;
+      st[j] = exl3::window_bits16<B::state_offset(j) + RW::kR>(w[0], w[1], w[2]);
+    });
+    frag[0] = exl3::decode_pair<CB>(st[0], st[1], dk);
+    frag[1] = exl3::decode_pair<CB>(st[2], st[3], dk);
+    frag[2] = exl3::decode_pair<CB>(st[4], st[5], dk);
+    frag[3] = exl3::decode_pair<CB>(st[6], st[7], dk);
+  } else {
+    exl3::decode_window_fragments<CB, K2>(w[0], w[1], w[2], r, frag, dk);
+  }
+}
+
+template <int CB, int K2, int P, int V>
 __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_begin, int ns, int row0, int tn0) {
+  using C = Cfg<P>;
+  using RW = RawWindow<K2>;
   constexpr int kTileWords = 4 * K2;
+  constexpr int kTileBytes = 4 * kTileWords;  // K2 16-byte chunks
   constexpr int kTStage = t_stage_bytes(K2);
-  constexpr int kTChunks = kTStage / 16;
-  constexpr int kTPer = (kTChunks + kProducers - 1) / kProducers;
+  constexpr int kRowStep = 16 * P;            // A rows between a thread's copies
+  constexpr int kAJ = (kBM + kRowStep - 1) / kRowStep;
+  constexpr int kMaxT = C::kMaxTiles;
+  constexpr int kRawPer = (kMaxT * K2 + 31) / 32;  // raw 16-byte chunks per lane and stage
   const int pt = threadIdx.x, pw = pt >> 5, lane = pt & 31, g = lane >> 2, q = lane & 3;
+  const int tr = pw & 3, cg0 = pw >> 2;
   const int tiles_n = p.n / 16;
   const uint32_t full0 = smem + bar_off(K2), empty0 = full0 + 8 * kStages;
 
-  // A copy: chunk a_c of rows a_r + 16 j (same swizzle for all j since 16 j does not change r & 7). Rows >= m are
-  // not copied at all: whatever stale data their shared rows hold only reaches rows >= m of the wgmma result (each
-  // row of D depends on its own row of A only), and those are never stored. So only j < a_nj are issued.
+  // A copy (all 128 P producer threads): chunk a_c of rows a_r + 16 P j; 16 P j does not change r & 7, so the
+  // swizzled chunk position is the same for all j. Rows >= m are not copied at all: whatever stale data their
+  // shared rows hold only reaches rows >= m of the wgmma result (each row of D depends on its own row of A only),
+  // and those are never stored. So only j < a_nj are issued.
   const int a_r = pt >> 3, a_c = pt & 7;
   const uint32_t a_dst = smem + kAOff + (uint32_t)(a_r * 128 + ((a_c ^ (a_r & 7)) << 4));
   const int rows_here = min(kBM, p.m - row0);
-  const int a_nj = rows_here > a_r ? (rows_here - a_r + 15) / 16 : 0;
+  const int a_nj = rows_here > a_r ? (rows_here - a_r + kRowStep - 1) / kRowStep : 0;
   const char* a_src = reinterpret_cast<const char*>(p.A + (int64_t)(row0 + min(a_r, rows_here - 1)) * p.k + a_c * 8);
-  const int64_t a_step16 = (int64_t)16 * p.k * 2;  // bytes between rows a_r + 16 j and a_r + 16 (j + 1)
-  // Raw trellis copy: chunk c = pt + 128 j of the stage; tile row c / (8 K2), chunk c % (8 K2) inside it.
+  const int64_t a_step = (int64_t)kRowStep * p.k * 2;
+  // Raw trellis copy: each warp copies the tiles it decodes itself (tile row tr, columns cg + P i), so a
+  // cp.async.wait_group + __syncwarp replaces a barrier across the producer warps, and the warps run decoupled
+  // (they meet only at the full / empty barriers). Lane chunk c = lane + 32 j: tile i = c / K2, chunk c % K2;
+  // the raw stage mirrors global memory (tile (tr, tc) at (8 tr + tc) * kTileBytes), so source and destination
+  // take the same offset inside the tile row.
+  uint32_t raw_off[kRawPer];
+  int raw_i[kRawPer];
+#pragma unroll
+  for (int j = 0; j < kRawPer; ++j) {
+    const int c = lane + 32 * j;
+    raw_i[j] = c / K2;
+    raw_off[j] = (uint32_t)((c / K2) * P * kTileBytes + (c % K2) * 16);
+  }
+  auto col_group = [&](int s) __attribute__((always_inline)) { return P == 1 ? 0 : (cg0 + s) % P; };
+  auto n_tiles = [&](int cg) __attribute__((always_inline)) { return 8 % P == 0 ? kMaxT : (8 - cg + P - 1) / P; };
+  const uint32_t* t_row_src = p.trellis + ((int64_t)(4 * s_begin + tr) * tiles_n + tn0) * kTileWords;
+  const int64_t t_stage_words = (int64_t)4 * tiles_n * kTileWords;
   auto issue_loads = [&](int s) __attribute__((always_inline)) {
     const int slot = s % kStages, tslot = s % kRaw;
     const char* a_s = a_src + (int64_t)(s_begin + s) * (kBK * 2);
 #pragma unroll
-    for (int j = 0; j < kBM / 16; ++j)
-      if (j < a_nj) cp_async16(a_dst + slot * kAStageBytes + j * 16 * 128, a_s + j * a_step16, 16);
+    for (int j = 0; j < kAJ; ++j)
+      if (j < a_nj) cp_async16(a_dst + slot * kAStageBytes + j * kRowStep * 128, a_s + j * a_step, 16);
+    if constexpr (V != kMmaOnly) {
+      const int cg = col_group(s), nt = n_tiles(cg);
+      const char* src = reinterpret_cast<const char*>(t_row_src + s * t_stage_words + cg * kTileWords);
+      const uint32_t dst = smem + kTOff + tslot * kTStage + (uint32_t)((tr * 8 + cg) * kTileBytes);
 #pragma unroll
-    for (int j = 0; j < kTPer; ++j) {
-      const int c = pt + kProducers * j;
-      if (kTChunks % kProducers == 0 || c < kTChunks) {
-        const int tr = c / (8 * K2), cc = c % (8 * K2);
-        const uint32_t* src =
-            p.trellis + ((int64_t)(4 * (s_begin + s) + tr) * tiles_n + tn0) * kTileWords + cc * 4;
-        cp_async16(smem + kTOff + tslot * kTStage + c * 16, src, 16);
-      }
+      for (int j = 0; j < kRawPer; ++j)
+        if (raw_i[j] < nt) cp_async16(dst + raw_off[j], src + raw_off[j], 16);
     }
   };
 
-  // Decode: warp pw takes tile row pw (k16 step pw of the stage), tile columns 0..7.
   const exl3::LaneWindow<K2> lw = exl3::LaneWindow<K2>::make(lane);
-  const uint32_t t_base = smem + kTOff + (uint32_t)(pw * 8 * kTileWords * 4);
+  const uint32_t t_base = smem + kTOff + (uint32_t)(tr * 8 * kTileBytes);
   const uint32_t w0 = t_base + lw.off[0], w1 = t_base + lw.off[1], w2 = t_base + lw.off[2];
-  // Store offsets of the two k chunks (c = 2 pw + kh) of this lane, column n & 7 = g, word q.
-  const uint32_t xo0 = smem + kBOff + (uint32_t)(g * 128 + (((2 * pw + 0) ^ g) << 4) + 4 * q);
-  const uint32_t xo1 = smem + kBOff + (uint32_t)(g * 128 + (((2 * pw + 1) ^ g) << 4) + 4 * q);
+  // Store offsets of the two k chunks (c = 2 tr + kh) of this lane, column n & 7 = g, word q.
+  const uint32_t xo0 = smem + kBOff + (uint32_t)(g * 128 + (((2 * tr + 0) ^ g) << 4) + 4 * q);
+  const uint32_t xo1 = smem + kBOff + (uint32_t)(g * 128 + (((2 * tr + 1) ^ g) << 4) + 4 * q);
   const exl3::DecodeConsts dk = exl3::DecodeConsts::make();
 
 #pragma unroll
@@ -326,36 +419,45 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_b
       issue_loads(sl);
     }
     cp_async_commit();
-    // (2) this thread's copies of stage s are in; after the named barrier, everyone's are.
+    // (2) this thread's copies of stage s are in; after __syncwarp, those of the whole warp (the raw words a lane
+    // reads were copied by lanes of the same warp).
     cp_async_wait<kAhead>();
-    asm volatile("bar.sync 1, %0;\n" ::"n"(kProducers) : "memory");
-    // (3) decode 8 tiles into B[s % kStages].
     const int slot = s % kStages;
-    const uint32_t toff = (uint32_t)((s % kRaw) * kTStage);
-    const uint32_t boff = (uint32_t)(slot * kBStageBytes);
-    const uint32_t a0 = w0 + toff, a1 = w1 + toff, a2 = w2 + toff;
-    const uint32_t b0 = xo0 + boff, b1 = xo1 + boff;
-    // All 24 window words first: in program order each tile's loads would otherwise sit behind the previous
-    // tile's stores (ptxas keeps shared loads after shared stores it cannot disambiguate), exposing the load
-    // latency 8 times per stage; this way the decode of tile tc + 1 overlaps the stores of tile tc.
-    uint32_t wv[8][3];
-    static_for<8>([&](auto tc_c) {
-      constexpr int tc = decltype(tc_c)::value;
-      constexpr int kW = tc * kTileWords * 4;
-      wv[tc][0] = lds_at<kW>(a0);
-      wv[tc][1] = lds_at<kW>(a1);
-      wv[tc][2] = lds_at<kW>(a2);
-    });
-    static_for<8>([&](auto tc_c) {
-      constexpr int tc = decltype(tc_c)::value;
-      uint32_t frag[4];
-      exl3::decode_window_fragments<CB, K2>(wv[tc][0], wv[tc][1], wv[tc][2], lw.r, frag, dk);
-      // frag f: k chunk f & 1 (b0 / b1), column half f >> 1 (+8 columns = +1024 bytes).
-      sts_at<(16 * tc + 0) * 128>(b0, frag[0]);
-      sts_at<(16 * tc + 0) * 128>(b1, frag[1]);
-      sts_at<(16 * tc + 8) * 128>(b0, frag[2]);
-      sts_at<(16 * tc + 8) * 128>(b1, frag[3]);
-    });
+    if constexpr (V != kMmaOnly) {
+      __syncwarp();
+      // (3) decode this warp's tiles (tile row tr, columns cg + P i) into B[s % kStages].
+      const int cg = col_group(s), nt = n_tiles(cg);
+      const uint32_t toff = (uint32_t)((s % kRaw) * kTStage + cg * kTileBytes);
+      const uint32_t boff = (uint32_t)(slot * kBStageBytes + cg * 16 * 128);
+      const uint32_t a0 = w0 + toff, a1 = w1 + toff, a2 = w2 + toff;
+      const uint32_t b0 = xo0 + boff, b1 = xo1 + boff;
+      // All window words first: in program order each tile's loads would otherwise sit behind the previous
+      // tile's stores (ptxas keeps shared loads after shared stores it cannot disambiguate).
+      uint32_t wv[kMaxT][3];
+      static_for<kMaxT>([&](auto i_c) {
+        constexpr int i = decltype(i_c)::value;
+        constexpr int kW = i * P * kTileBytes;
+        wv[i][2] = wv[i][1] = wv[i][0] = 0;
+        if ((8 % P == 0) || i < nt) {
+          wv[i][0] = lds_at<kW>(a0);
+          if constexpr (RW::kWords > 1) wv[i][1] = lds_at<kW>(a1);
+          if constexpr (RW::kWords > 2) wv[i][2] = lds_at<kW>(a2);
+        }
+      });
+      static_for<kMaxT>([&](auto i_c) {
+        constexpr int i = decltype(i_c)::value;
+        constexpr int kS = i * P * 16 * 128;  // tile column cg + P i: 16 columns of 128 bytes each
+        if ((8 % P == 0) || i < nt) {
+          uint32_t frag[4];
+          decode_raw_tile<CB, K2>(wv[i], lw.r, frag, dk);
+          // frag f: k chunk f & 1 (b0 / b1), column half f >> 1 (+8 columns = +1024 bytes).
+          sts_at<kS>(b0, frag[0]);
+          sts_at<kS>(b1, frag[1]);
+          sts_at<kS + 8 * 128>(b0, frag[2]);
+          sts_at<kS + 8 * 128>(b1, frag[3]);
+        }
+      });
+    }
     // (4) publish: generic-proxy writes (st.shared, cp.async) -> async proxy (wgmma), then arrive.
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     mbar_arrive(full0 + 8 * slot);
@@ -363,7 +465,7 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_b
   cp_async_wait<0>();
 }
 
-// ------------------------------------------------------------------ consumers (warpgroups 1, 2)
+// ------------------------------------------------------------------ consumers (warpgroups P, P + 1)
 // NM = number of valid m64 halves of this warpgroup (0, 1, 2): a template so that no runtime branch sits between
 // the wgmmas of a stage.
 template <int NM>
@@ -394,8 +496,9 @@ __device__ __forceinline__ void consumer_loop(const Params& p, uint32_t smem, in
   fence_acc(acc1);
 }
 
-template <int CB, int K2>
-__global__ void __launch_bounds__(kThreads, 1) wgmma_trellis_gemm(const __grid_constant__ Params p) {
+template <int CB, int K2, int P, int V>
+__global__ void __launch_bounds__(Cfg<P>::kThreads, 1) wgmma_trellis_gemm(const __grid_constant__ Params p) {
+  using C = Cfg<P>;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t full0 = smem + bar_off(K2), empty0 = full0 + 8 * kStages;
@@ -406,50 +509,74 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_trellis_gemm(const __grid_c
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
-      mbar_init(full0 + 8 * i, kProducers);
-      mbar_init(empty0 + 8 * i, kThreads - kProducers);
+      mbar_init(full0 + 8 * i, C::kProducers);
+      mbar_init(empty0 + 8 * i, kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
-  if (threadIdx.x < kProducers) {
-    producer<CB, K2>(p, smem, s_begin, ns, row0, tn0);
-    return;
-  }
-  const int ct = threadIdx.x - kProducers;  // 0..255
-  const int cw = ct >> 7;                   // consumer warpgroup 0 / 1: block rows [128 cw, 128 cw + 128)
-  const int wl = (ct >> 5) & 3, lane = ct & 31, g = lane >> 2, q = lane & 3;
-  float acc0[64], acc1[64];
+  // Role split on warpgroup boundaries (128-thread multiples), so every warp of a warpgroup executes the same
+  // setmaxnreg, once. The producers release registers; a consumer's setmaxnreg.inc waits in hardware until the
+  // block's pool holds enough. The consumer path is a block of its own, entered first (not the fall-through after
+  // a producer `return`): with the roles joined at a common tail, ptxas (13.0) allocated that tail, and with it
+  // the live accumulators, under the launch budget and spilled them for P = 2, 3; as two if/else arms each arm
+  // gets its setmaxnreg budget (no spills, checked with -Xptxas -v).
+  // The warpgroup index goes through a warp shuffle so that ptxas knows it is warp-uniform: with the raw
+  // threadIdx.x compare it treats the consumer arm as a divergent path and serializes every wgmma (C7518).
+  const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
+  auto consumer = [&]() __attribute__((always_inline)) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kConsRegs));
+    const int ct = threadIdx.x - C::kProducers;  // 0..255
+    const int cw = ct >> 7;                      // consumer warpgroup 0 / 1: block rows [128 cw, 128 cw + 128)
+    const int wl = (ct >> 5) & 3, lane = ct & 31, g = lane >> 2, q = lane & 3;
+    float acc0[64], acc1[64];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) { acc0[i] = 0.f; acc1[i] = 0.f; }
-  const int rows_wg = p.m - (row0 + 128 * cw);
-  const int nm = rows_wg <= 0 ? 0 : (rows_wg <= 64 ? 1 : 2);
-  if (nm == 2) consumer_loop<2>(p, smem, ns, full0, empty0, cw, acc0, acc1);
-  else if (nm == 1) consumer_loop<1>(p, smem, ns, full0, empty0, cw, acc0, acc1);
-  else consumer_loop<0>(p, smem, ns, full0, empty0, cw, acc0, acc1);
+    for (int i = 0; i < 64; ++i) { acc0[i] = 0.f; acc1[i] = 0.f; }
+    const int rows_wg = p.m - (row0 + 128 * cw);
+    // Decode-only variant: nm = 0 keeps the barrier protocol (wait full, release empty) without wgmma or stores.
+    const int nm = (V == kDecodeOnly || rows_wg <= 0) ? 0 : (rows_wg <= 64 ? 1 : 2);
+    if (nm == 2) consumer_loop<2>(p, smem, ns, full0, empty0, cw, acc0, acc1);
+    else if (nm == 1) consumer_loop<1>(p, smem, ns, full0, empty0, cw, acc0, acc1);
+    else consumer_loop<0>(p, smem, ns, full0, empty0, cw, acc0, acc1);
 
-  // Epilogue: accumulator fragment -> C (see the layout note in the header).
-  auto store_half = [&](const float (&d)[64], int mi) __attribute__((always_inline)) {
+    // Epilogue: accumulator fragment -> C (see the layout note in the header).
+    auto store_half = [&](const float (&d)[64], int mi) __attribute__((always_inline)) {
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
+      for (int j = 0; j < kBN / 8; ++j) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = row0 + 128 * cw + 64 * mi + 16 * wl + g + 8 * h;
-        const int col = col0 + 8 * j + 2 * q;
-        if (row < p.m) {
-          float* dst = p.C + (int64_t)row * p.n + col;
-          const float x = d[4 * j + 2 * h], y = d[4 * j + 2 * h + 1];
-          if (p.atomic)
-            asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
-          else
-            *reinterpret_cast<float2*>(dst) = make_float2(x, y);
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0 + 128 * cw + 64 * mi + 16 * wl + g + 8 * h;
+          const int col = col0 + 8 * j + 2 * q;
+          if (row < p.m) {
+            float* dst = p.C + (int64_t)row * p.n + col;
+            const float x = d[4 * j + 2 * h], y = d[4 * j + 2 * h + 1];
+            if (p.atomic)
+              asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
+            else
+              *reinterpret_cast<float2*>(dst) = make_float2(x, y);
+          }
         }
       }
-    }
+    };
+    if (nm >= 1) store_half(acc0, 0);
+    if (nm >= 2) store_half(acc1, 1);
   };
-  if (nm >= 1) store_half(acc0, 0);
-  if (nm >= 2) store_half(acc1, 1);
+  if constexpr (P == 1) {
+    if (wg < P) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kProdRegs));
+      producer<CB, K2, P, V>(p, smem, s_begin, ns, row0, tn0);
+      return;
+    }
+    consumer();
+  } else {
+    if (wg >= P) {
+      consumer();
+    } else {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kProdRegs));
+      producer<CB, K2, P, V>(p, smem, s_begin, ns, row0, tn0);
+    }
+  }
 }
 
 // ------------------------------------------------------------------ deliberately simple reference
@@ -539,12 +666,13 @@ static int choose_split(int m, int n, int k) {
   return best;
 }
 
-template <int CB, int K2>
+template <int CB, int K2, int P, int V = kFull>
 static void launch_ours(const __half* A, const uint32_t* trellis, float* C, int m, int n, int k, int split,
                         cudaStream_t st = 0) {
   static bool attr = false;
   if (!attr) {
-    CK(cudaFuncSetAttribute(wgmma_trellis_gemm<CB, K2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(K2)));
+    CK(cudaFuncSetAttribute(wgmma_trellis_gemm<CB, K2, P, V>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            smem_bytes(K2)));
     attr = true;
   }
   const int stages = k / kBK;
@@ -553,7 +681,7 @@ static void launch_ours(const __half* A, const uint32_t* trellis, float* C, int 
   Params p{A, trellis, C, g_diag_dev, m, n, k, sps, split > 1 ? 1 : 0};
   if (split > 1) CK(cudaMemsetAsync(C, 0, sizeof(float) * (size_t)m * n, st));
   dim3 grid(n / kBN, (m + kBM - 1) / kBM, split);
-  wgmma_trellis_gemm<CB, K2><<<grid, kThreads, smem_bytes(K2), st>>>(p);
+  wgmma_trellis_gemm<CB, K2, P, V><<<grid, Cfg<P>::kThreads, smem_bytes(K2), st>>>(p);
   CK(cudaGetLastError());
 }
 
@@ -567,7 +695,7 @@ static const char* cb_name(int cb) { return cb == 0 ? "3inst" : (cb == 1 ? "mcg"
 
 // Identity-A diagnostic: C[i][:] must equal Ŵ[i][:] (i < min(m, k)). Reports wrong positions inside the 16x16 tile
 // and the 4x8-tile stage, and for the first mismatches where the value that arrived sits in Ŵ (same stage block).
-template <int CB, int K2>
+template <int CB, int K2, int P>
 static void identity_diagnostic(int m, int k, int n, const uint32_t* d_trellis, const std::vector<uint16_t>& W) {
   __half* d_A;
   float* d_C;
@@ -575,7 +703,7 @@ static void identity_diagnostic(int m, int k, int n, const uint32_t* d_trellis, 
   CK(cudaMalloc(&d_C, sizeof(float) * (size_t)m * n));
   fill_identity<<<256, 256>>>(d_A, m, k);
   CK(cudaMemset(d_C, 0, sizeof(float) * (size_t)m * n));
-  launch_ours<CB, K2>(d_A, d_trellis, d_C, m, n, k, 1);
+  launch_ours<CB, K2, P>(d_A, d_trellis, d_C, m, n, k, 1);
   CK(cudaDeviceSynchronize());
   std::vector<float> C((size_t)m * n);
   CK(cudaMemcpy(C.data(), d_C, sizeof(float) * C.size(), cudaMemcpyDeviceToHost));
@@ -625,12 +753,12 @@ static void identity_diagnostic(int m, int k, int n, const uint32_t* d_trellis, 
 }
 
 // One correctness case; returns true on PASS.
-template <int CB, int K2>
+template <int CB, int K2, int P>
 static bool check_case(int m, int k, int n, int split, uint64_t seed) {
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   if ((size_t)smem_bytes(K2) > prop.sharedMemPerBlockOptin) {
-    std::printf("check cb=%s K=%g: SKIP, needs %d bytes of shared memory, the device allows %zu\n", cb_name(CB),
+    std::printf("check P=%d cb=%s K=%g: SKIP, needs %d bytes of shared memory, the device allows %zu\n", P, cb_name(CB),
                 K2 / 2.0, smem_bytes(K2), (size_t)prop.sharedMemPerBlockOptin);
     return true;
   }
@@ -648,7 +776,7 @@ static bool check_case(int m, int k, int n, int split, uint64_t seed) {
   decode_ref_kernel<CB, K2><<<dim3(n / 16, k / 16), 32>>>(d_T, d_W, k, n);
   gemm_ref_kernel<<<dim3((n + 255) / 256, m), 256>>>(d_A, d_W, d_R, m, k, n);
   CK(cudaMemset(d_C, 0xFF, sizeof(float) * (size_t)m * n));  // NaN: unwritten outputs show
-  launch_ours<CB, K2>(d_A, d_T, d_C, m, n, k, split);
+  launch_ours<CB, K2, P>(d_A, d_T, d_C, m, n, k, split);
   CK(cudaDeviceSynchronize());
   std::vector<float> C((size_t)m * n), R((size_t)m * n);
   CK(cudaMemcpy(C.data(), d_C, sizeof(float) * C.size(), cudaMemcpyDeviceToHost));
@@ -666,12 +794,12 @@ static bool check_case(int m, int k, int n, int split, uint64_t seed) {
   }
   const bool pass = bad == 0;
   const int stages = k / kBK, sps = (stages + split - 1) / split;
-  std::printf("check cb=%s K=%g m=%d k=%d n=%d split=%d: max_abs_err %.3e, ref_rms %.3e, max_rel_err %.3e, bad %ld"
-              " (non-finite %ld) -> %s\n", cb_name(CB), K2 / 2.0, m, k, n, (stages + sps - 1) / sps, max_abs, rms,
+  std::printf("check P=%d cb=%s K=%g m=%d k=%d n=%d split=%d: max_abs_err %.3e, ref_rms %.3e, max_rel_err %.3e, bad %ld"
+              " (non-finite %ld) -> %s\n", P, cb_name(CB), K2 / 2.0, m, k, n, (stages + sps - 1) / sps, max_abs, rms,
               max_abs / rms, bad, nonfinite, pass ? "PASS" : "FAIL");
-  std::printf("{\"kind\": \"check\", \"cb\": \"%s\", \"K2\": %d, \"m\": %d, \"k\": %d, \"n\": %d, \"split\": %d, "
+  std::printf("{\"kind\": \"check\", \"P\": %d, \"cb\": \"%s\", \"K2\": %d, \"m\": %d, \"k\": %d, \"n\": %d, \"split\": %d, "
               "\"max_abs_err\": %.4e, \"ref_rms\": %.4e, \"max_rel_err\": %.4e, \"bad\": %ld, \"pass\": %s}\n",
-              cb_name(CB), K2, m, k, n, split, std::isfinite(max_abs) ? max_abs : 1e30, rms,
+              P, cb_name(CB), K2, m, k, n, split, std::isfinite(max_abs) ? max_abs : 1e30, rms,
               std::isfinite(max_abs) ? max_abs / rms : 1e30, bad, pass ? "true" : "false");
   if (!pass) {
     int shown = 0;
@@ -700,7 +828,7 @@ static bool check_case(int m, int k, int n, int split, uint64_t seed) {
     std::printf("\n");
     std::vector<uint16_t> W((size_t)k * n);
     CK(cudaMemcpy(W.data(), d_W, 2 * W.size(), cudaMemcpyDeviceToHost));
-    identity_diagnostic<CB, K2>(std::min(m, k), k, n, d_T, W);
+    identity_diagnostic<CB, K2, P>(std::min(m, k), k, n, d_T, W);
   }
   CK(cudaFree(d_T)); CK(cudaFree(d_A)); CK(cudaFree(d_W)); CK(cudaFree(d_C)); CK(cudaFree(d_R));
   return pass;
@@ -712,12 +840,33 @@ static float median(std::vector<float> v) {
 }
 
 struct TimeResult {
-  int k, n, m, split;
+  int k, n, m, split, P, variant;
   float ours_us, cublas_us;
-  double check_rel;
+  double check_rel;  // full variant only (-1 otherwise)
 };
+static const char* variant_name(int v) { return v == kFull ? "full" : (v == kMmaOnly ? "mma-only" : "decode-only"); }
 
-// Timing (mcg, K = 4): ours vs cuBLAS fp16 (dense decoded W), weights rotated over copies that exceed the L2.
+// Median time of one (P, variant) of ours, trellis copies rotated.
+template <int P, int V>
+static float time_ours(const __half* d_A, const uint32_t* d_T, size_t tw, int ct, float* d_C, int m, int n, int k,
+                       int split, int iters, cudaEvent_t e0, cudaEvent_t e1) {
+  constexpr int CB = 1, K2 = 8;
+  std::vector<float> t;
+  for (int it = -3; it < iters; ++it) {
+    const int c = (it + 3) % ct;
+    CK(cudaEventRecord(e0));
+    launch_ours<CB, K2, P, V>(d_A, d_T + (size_t)c * tw, d_C, m, n, k, split);
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms_ = 0.f;
+    CK(cudaEventElapsedTime(&ms_, e0, e1));
+    if (it >= 0) t.push_back(ms_ * 1e3f);
+  }
+  return median(t);
+}
+
+// Timing (mcg, K = 4): ours (P = 1, 2, 3; full, mma-only, decode-only) vs cuBLAS fp16 (dense decoded W), weights
+// rotated over copies that exceed the L2.
 static void time_shape(int k, int n, const std::vector<int>& ms, cublasHandle_t handle, std::vector<TimeResult>& out) {
   constexpr int CB = 1, K2 = 8;
   const size_t tw = (size_t)(k / 16) * (n / 16) * 4 * K2;
@@ -747,20 +896,10 @@ static void time_shape(int k, int n, const std::vector<int>& ms, cublasHandle_t 
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   const int iters = 25;
+  const float alpha = 1.f, beta = 0.f;
   for (int m : ms) {
     const int split = choose_split(m, n, k);
-    std::vector<float> t_ours, t_cb;
-    for (int it = -3; it < iters; ++it) {
-      const int c = (it + 3) % ct;
-      CK(cudaEventRecord(e0));
-      launch_ours<CB, K2>(d_A, d_T + (size_t)c * tw, d_C, m, n, k, split);
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      float ms_ = 0.f;
-      CK(cudaEventElapsedTime(&ms_, e0, e1));
-      if (it >= 0) t_ours.push_back(ms_ * 1e3f);
-    }
-    const float alpha = 1.f, beta = 0.f;
+    std::vector<float> t_cb;
     for (int it = -3; it < iters; ++it) {
       const int c = (it + 3) % cw;
       CK(cudaEventRecord(e0));
@@ -773,26 +912,45 @@ static void time_shape(int k, int n, const std::vector<int>& ms, cublasHandle_t 
       CK(cudaEventElapsedTime(&ms_, e0, e1));
       if (it >= 0) t_cb.push_back(ms_ * 1e3f);
     }
-    // Cross-check on copy 0: ours (fp32) vs cuBLAS (fp16 output, so ~1e-3 relative rounding is expected).
-    launch_ours<CB, K2>(d_A, d_T, d_C, m, n, k, split);
+    const float tc = median(t_cb);
+    // cuBLAS's output on copy 0 stays in d_Ch for the cross-checks below.
     CKB(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, d_W, CUDA_R_16F, n, d_A, CUDA_R_16F, k, &beta,
                      d_Ch, CUDA_R_16F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    CK(cudaMemset(d_max, 0, 4));
-    CK(cudaMemset(d_ss, 0, 8));
-    compare_kernel<<<1024, 256>>>(d_C, d_Ch, (int64_t)m * n, d_max, d_ss);
-    unsigned int mx_bits;
-    double ss;
-    CK(cudaMemcpy(&mx_bits, d_max, 4, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(&ss, d_ss, 8, cudaMemcpyDeviceToHost));
-    float mx;
-    std::memcpy(&mx, &mx_bits, 4);
-    const double rel = mx / std::sqrt(ss / ((double)m * n));
-    const float to = median(t_ours), tc = median(t_cb);
     const double fl = 2.0 * m * (double)k * n;
-    std::printf("time k=%d n=%d m=%5d split=%d: ours %8.1f us (%6.1f TFLOP/s)  cuBLAS fp16 %8.1f us (%6.1f TFLOP/s)"
-                "  ours/cuBLAS %.2f  [vs cuBLAS max_rel %.1e]\n", k, n, m, split, to, fl / (to * 1e-6) / 1e12, tc,
-                fl / (tc * 1e-6) / 1e12, to / tc, rel);
-    out.push_back({k, n, m, split, to, tc, rel});
+    auto cross_check = [&](auto launch) {
+      launch();
+      CK(cudaMemset(d_max, 0, 4));
+      CK(cudaMemset(d_ss, 0, 8));
+      compare_kernel<<<1024, 256>>>(d_C, d_Ch, (int64_t)m * n, d_max, d_ss);
+      unsigned int mx_bits;
+      double ss;
+      CK(cudaMemcpy(&mx_bits, d_max, 4, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(&ss, d_ss, 8, cudaMemcpyDeviceToHost));
+      float mx;
+      std::memcpy(&mx, &mx_bits, 4);
+      return mx / std::sqrt(ss / ((double)m * n));
+    };
+    auto run_p = [&](auto p_c) {
+      constexpr int P = decltype(p_c)::value;
+      const float tf = time_ours<P, kFull>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
+      const float tm = time_ours<P, kMmaOnly>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
+      const float td = time_ours<P, kDecodeOnly>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
+      // Cross-check on copy 0: ours (fp32) vs cuBLAS (fp16 output, so ~1e-3 relative rounding is expected).
+      const double rel = cross_check([&] { launch_ours<CB, K2, P>(d_A, d_T, d_C, m, n, k, split); });
+      const int blocks = ((m + kBM - 1) / kBM) * (n / kBN) * split, stages = k / kBK;
+      // Per-stage time of one SM: time / (block-stages per SM), block-stages = blocks x stages / split.
+      const double bs_per_sm = (double)blocks * ((stages + split - 1) / split) / g_sms;
+      std::printf("time k=%d n=%d m=%5d split=%d P=%d: full %8.1f us (%6.1f TFLOP/s, %.2f us/stage)  mma-only %8.1f us"
+                  " (%.2f us/stage)  decode-only %8.1f us (%.2f us/stage)  cuBLAS fp16 %8.1f us (%6.1f TFLOP/s)"
+                  "  full/cuBLAS %.2f  [vs cuBLAS max_rel %.1e]\n", k, n, m, split, P, tf, fl / (tf * 1e-6) / 1e12,
+                  tf / bs_per_sm, tm, tm / bs_per_sm, td, td / bs_per_sm, tc, fl / (tc * 1e-6) / 1e12, tf / tc, rel);
+      out.push_back({k, n, m, split, P, kFull, tf, tc, rel});
+      out.push_back({k, n, m, split, P, kMmaOnly, tm, tc, -1.0});
+      out.push_back({k, n, m, split, P, kDecodeOnly, td, tc, -1.0});
+    };
+    run_p(std::integral_constant<int, 1>{});
+    run_p(std::integral_constant<int, 2>{});
+    run_p(std::integral_constant<int, 3>{});
   }
   CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
   CK(cudaFree(d_T)); CK(cudaFree(d_W)); CK(cudaFree(d_A)); CK(cudaFree(d_C)); CK(cudaFree(d_Ch));
@@ -816,20 +974,26 @@ int main(int argc, char** argv) {
               (size_t)prop.sharedMemPerBlockOptin);
   bool all_pass = true;
   if (do_check) {
-    // mcg K = 4 (the must-have), split 1 and the split the timing heuristic would choose / a forced split.
-    all_pass &= check_case<1, 8>(128, 256, 256, 1, 1);
-    all_pass &= check_case<1, 8>(64, 128, 128, 1, 2);      // one m64 half, two stages
-    all_pass &= check_case<1, 8>(200, 4096, 1024, 1, 3);   // m not a multiple of BM (WG1 has one m64 half)
-    all_pass &= check_case<1, 8>(200, 4096, 1024, 4, 4);   // split-k, red.add
-    all_pass &= check_case<1, 8>(256, 4096, 11008, 1, 5);
-    all_pass &= check_case<1, 8>(256, 4096, 11008, choose_split(256, 11008, 4096), 6);
-    all_pass &= check_case<1, 8>(600, 1024, 512, 3, 7);    // several block rows, ragged
-    // Other codebooks / bit widths (compile + run coverage).
-    all_pass &= check_case<0, 8>(200, 1024, 512, 1, 8);   // 3inst K=4
-    all_pass &= check_case<2, 8>(200, 1024, 512, 1, 9);   // mul1 K=4
-    all_pass &= check_case<1, 4>(200, 1024, 512, 2, 10);  // mcg K=2
-    all_pass &= check_case<1, 5>(200, 1024, 512, 1, 11);  // mcg K=2.5 (half rate)
-    all_pass &= check_case<1, 16>(200, 1024, 512, 1, 12); // mcg K=8
+    auto checks_p = [&](auto p_c) {
+      constexpr int P = decltype(p_c)::value;
+      // mcg K = 4 (the must-have), split 1 and the split the timing heuristic would choose / a forced split.
+      all_pass &= check_case<1, 8, P>(128, 256, 256, 1, 1);
+      all_pass &= check_case<1, 8, P>(64, 128, 128, 1, 2);      // one m64 half, two stages
+      all_pass &= check_case<1, 8, P>(200, 4096, 1024, 1, 3);   // m not a multiple of BM (WG1 has one m64 half)
+      all_pass &= check_case<1, 8, P>(200, 4096, 1024, 4, 4);   // split-k, red.add
+      all_pass &= check_case<1, 8, P>(256, 4096, 11008, 1, 5);
+      all_pass &= check_case<1, 8, P>(256, 4096, 11008, choose_split(256, 11008, 4096), 6);
+      all_pass &= check_case<1, 8, P>(600, 1024, 512, 3, 7);    // several block rows, ragged
+      // Other codebooks / bit widths (compile + run coverage).
+      all_pass &= check_case<0, 8, P>(200, 1024, 512, 1, 8);   // 3inst K=4
+      all_pass &= check_case<2, 8, P>(200, 1024, 512, 1, 9);   // mul1 K=4
+      all_pass &= check_case<1, 4, P>(200, 1024, 512, 2, 10);  // mcg K=2
+      all_pass &= check_case<1, 5, P>(200, 1024, 512, 1, 11);  // mcg K=2.5 (half rate)
+      all_pass &= check_case<1, 16, P>(200, 1024, 512, 1, 12); // mcg K=8
+    };
+    checks_p(std::integral_constant<int, 1>{});
+    checks_p(std::integral_constant<int, 2>{});
+    checks_p(std::integral_constant<int, 3>{});
   }
   std::vector<TimeResult> res;
   if (do_time) {
@@ -840,11 +1004,12 @@ int main(int argc, char** argv) {
     time_shape(17408, 5120, ms, handle, res);
     CKB(cublasDestroy(handle));
     for (const auto& r : res)
-      std::printf("{\"kind\": \"time\", \"cb\": \"mcg\", \"K\": 4, \"k\": %d, \"n\": %d, \"m\": %d, \"split\": %d, "
-                  "\"ours_us\": %.2f, \"cublas_fp16_us\": %.2f, \"ours_tflops\": %.1f, \"cublas_tflops\": %.1f, "
-                  "\"ratio\": %.3f, \"vs_cublas_max_rel\": %.2e}\n",
-                  r.k, r.n, r.m, r.split, r.ours_us, r.cublas_us, 2.0 * r.m * r.k * (double)r.n / (r.ours_us * 1e6),
-                  2.0 * r.m * r.k * (double)r.n / (r.cublas_us * 1e6), r.ours_us / r.cublas_us, r.check_rel);
+      std::printf("{\"kind\": \"time\", \"cb\": \"mcg\", \"K\": 4, \"P\": %d, \"variant\": \"%s\", \"k\": %d, "
+                  "\"n\": %d, \"m\": %d, \"split\": %d, \"ours_us\": %.2f, \"cublas_fp16_us\": %.2f, "
+                  "\"ours_tflops\": %.1f, \"cublas_tflops\": %.1f, \"ratio\": %.3f, \"vs_cublas_max_rel\": %.2e}\n",
+                  r.P, variant_name(r.variant), r.k, r.n, r.m, r.split, r.ours_us, r.cublas_us,
+                  2.0 * r.m * r.k * (double)r.n / (r.ours_us * 1e6), 2.0 * r.m * r.k * (double)r.n / (r.cublas_us * 1e6),
+                  r.ours_us / r.cublas_us, r.check_rel);
   }
   std::printf("{\"kind\": \"summary\", \"all_checks_pass\": %s}\n", all_pass ? "true" : "false");
   return all_pass ? 0 : 1;
