@@ -1,0 +1,1182 @@
+// Prototype of the Hopper (sm_90a) trellis GEMM of docs/hopper-gemm.md: C[m][n] = A[m][k] @ Ŵ[k][n], Ŵ decoded
+// from the EXL3 trellis on the fly by producer warps into shared memory, multiplied by wgmma (both operands in
+// shared memory, fp32 accumulators in registers). No input/output transforms (no Hadamard, no svh): Ŵ is the raw
+// decoded trellis, as reconstruct(transform=False) would give. Self-checking; see the end of docs/hopper-gemm.md.
+//
+// Build (from the repository root; needs no torch). --expt-relaxed-constexpr is needed by trellis.cuh (its
+// constexpr TrellisBits helpers are called from device code; setup.py passes the same flag):
+//   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
+//        -Ipackages/exl3-kernels/csrc/include bench/wgmma_gemm_proto.cu -lcublas -o /tmp/wgmma_gemm_proto
+// If the CUDA toolkit has no cuBLAS (as on the dev box: nvcc 13.0 alone), take it from the venv's wheel. Its
+// include dir also holds crt/ headers of another version, so add it AFTER the system dirs (-idirafter), not -I:
+//   V=.venv/lib/python3.11/site-packages/nvidia/cu13
+//   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
+//        -Ipackages/exl3-kernels/csrc/include -Xcompiler -idirafter -Xcompiler $V/include \
+//        bench/wgmma_gemm_proto.cu -L$V/lib -l:libcublas.so.13 -Xlinker -rpath=$PWD/$V/lib -o /tmp/wgmma_gemm_proto
+// Add -Xptxas -v: 30 kernel instances, no spills, no stack. Launch registers 168 (P = 1: every variant; setmaxnreg
+// producers 96 / consumers 200), 128 / 96 (P = 2 / 3, full only). C7518 (wgmma serialized: compiler-inserted
+// warpgroup wait in a divergent path) on the 12 P = 2, 3 instances only, the price of their if/else role split (the
+// P = 1 fall-through layout spills their accumulators: C7512). No wgmma remark on any P = 1 variant. SASS: 12
+// HGMMA.64x128x16.F32 in every P = 1 wgmma variant (mma-spin 60: its loop is unrolled), one UTMALDG in mma-tma,
+// three in full-tma (prologue x2 + loop). Shared memory 214 KB at K = 4 (230 KB at K = 8) for every variant.
+// Output binary: the dev box writes it to build/wgmma_gemm_proto (git-ignored) instead of /tmp; the venv there is
+// /work/main/.venv (V=/work/main/.venv/lib/python3.11/site-packages/nvidia/cu13, rpath $V/lib).
+// Run (H100/H200, no arguments):  /tmp/wgmma_gemm_proto
+//   optional: /tmp/wgmma_gemm_proto check   (correctness only: the 12 checks for each P = 1, 2, 3 (full), then the
+//                                            same 12 for P = 1 full-tma: 48 checks)
+//             /tmp/wgmma_gemm_proto time    (timing only, P = 1 only: per shape and m, all 8 variants side by side
+//                                            (us, us per stage and SM, and "net" us per stage = minus the epilogue
+//                                            variant's time) and cuBLAS; JSON lines carry "variant", "us_stage",
+//                                            "net_us_stage")
+// Measured (H200, 2026-11-30, the P = 1 kernel before the changes below): all 12 checks PASS; 4096x11008 m = 128 /
+// 256 / 1024 / 4096: 58.7 / 79.4 / 295.3 / 988.2 us (cuBLAS fp16 39.0 / 49.5 / 146.5 / 522.9); 17408x5120 m = 1024 /
+// 4096: 474.2 / 1804.0 us (cuBLAS 244.4 / 960.9); ~300-420 TFLOP/s at every m.
+// Measured (H200, 2026-11-30, commit e8fe865: P = 1, 2, 3; logs in bench/results/profiles/wgmma-proto-e8fe865/):
+// 36/36 checks PASS. us per 64-k stage per SM (the stage's MMAs at the 971 TFLOP/s wgmma peak: 0.57 us), P = 1:
+//   4096x11008  m = 256: full 1.75 (75.3 us), mma-only 1.45, decode-only 0.85, cuBLAS fp16 48.8 us
+//               m = 1024: full 1.64 (281.8 us), mma-only 1.24, decode-only 0.67, cuBLAS 145.1 us
+//               m = 4096: full 1.41 (938 us), mma-only 1.12, decode-only 0.70, cuBLAS 532.6 us
+//   17408x5120: mma-only 0.96-1.11. P = 2, 3 slower everywhere (serialized wgmma, decode no faster). Clock 1980 MHz.
+//   So the MMA side is the bottleneck: mma-only (no decode at all) runs at 40-50% of the wgmma peak.
+// Consumer-side diagnostics (this version, NOT YET RUN): variants mma-spin, mma-sync, mma-tma, full-tma, epilogue
+// (see "Variants" below), all P = 1; the P = 2, 3 mma-only / decode-only instances are no longer built (P = 2, 3
+// full stays built and checked).
+// Exit code: 0 when every check passes, 1 on any FAIL, 2 on a CUDA error or a pipeline timeout.
+//
+// ---------------------------------------------------------------------------------------------------------------
+// Producer warpgroups (template P = 1, 2, 3; 128 (P + 2) threads, one block per SM). The first P warpgroups
+//   produce, the last two consume. setmaxnreg moves registers inside the block's pool (threads x launch registers):
+//   P = 1: 168 at launch, producers dec 96, consumers inc 200; P = 2: 128 -> 72 / 184; P = 3: 96 -> 48 / 168
+//   (static_asserts in Cfg). Producer warp w decodes tile row w & 3 and tile columns cg, cg + P, ... with
+//   cg = ((w >> 2) + stage) % P: 8 / 4 / 3-3-2 tiles per warp and stage (P = 3 rotates which group has 2), copies
+//   the raw trellis of exactly those tiles itself (so cp.async.wait_group + __syncwarp replaces the producers' named
+//   barrier, and producer warps only meet at full / empty), and all 128 P producer threads share the A cp.async
+//   (rows a_r + 16 P j). full[] counts 128 P arrivals. K = 4 and K = 8: constant funnel shift r (20, 24), states
+//   read from the raw words at o_j + r (no normalising shifts; K = 4 loads 2 window words, not 3).
+// Design (P = 1: 384 threads = 3 warpgroups, ~213 KB shared memory at K = 4)
+//   Block tile BM = 256 rows x BN = 128 columns (8 trellis tile columns), BK = 64 k per stage (4 tile rows).
+//   WG0 (warps 0-3)  = producer: cp.async of A (BM x 64 fp16) and of the raw trellis (4 x 8 tiles) 2 stages
+//                      ahead; decode of the trellis of the current stage into the B stage (warp w decodes tile
+//                      row w = k16 step w of the stage, all 8 tile columns); then arrives on full[slot].
+//   WG1, WG2         = consumers: WG c owns rows [128c, 128c + 128) of the block as two m64 halves; per k16 step
+//                      it issues wgmma m64n128k16 per half (acc 2 x 64 fp32 registers per thread); one
+//                      commit group per stage, keep one group in flight, release the previous stage on empty[].
+//   Why BM 256 x BN 128: the decode costs ~6 issue slots per weight per warp-lane and is paid once per block per
+//   weight, so its share of the SM issue rate falls as 1/BM: at BM = 256 it is ~1/3 of the issue slots while the
+//   tensor core runs at ~700 TFLOP/s, at BM = 128 it would be ~2/3 (docs/hopper-gemm.md). Two consumer warpgroups
+//   with 128 accumulator registers each fit the 168-register budget of 384 threads at one block per SM without
+//   setmaxnreg. BN = 128 is the existing GEMM's column block (one Hadamard block for the later epilogue).
+//   m64n256 (BN 256, BM 128) would halve the A traffic per flop but double the decode share; not chosen.
+//   Stages: kStages = 4 A/B stages (48 KB each), raw trellis ring of kAhead + 2 = 4 stages (512*K2 bytes each).
+//   Split-k over gridDim.z (stage ranges), fp32 red.global.add into a zeroed C when split > 1.
+//
+// Barrier protocol (mbarrier, PTX ISA "Parallel Synchronization and Communication Instructions: mbarrier"):
+//   full[slot]  count 128 P (every producer thread arrives once per use, after its cp.async group for the stage
+//               completed, after its st.shared of decoded B, and after fence.proxy.async.shared::cta, which
+//               makes its generic-proxy shared writes visible to the async proxy that wgmma reads through).
+//   empty[slot] count 256 (every consumer thread arrives once per use, after wgmma.wait_group proved the wgmmas
+//               that read the slot complete).
+//   Stage s uses slot s % 4, the (s / 4)-th completion of each barrier: waits use parity (s / 4) & 1.
+//   Producer iteration s: (1) wait empty for stage s + 2 - 4, issue loads of stage s + 2, commit;
+//   (2) cp.async.wait_group 2 (stage s landed for this thread) + __syncwarp (the raw words a lane reads were
+//   copied by lanes of its own warp); (3) decode stage s into B[s % 4]; (4) fence.proxy.async, arrive
+//   full[s % 4]. The raw ring slot written at (1) last held stage s - 2, read only by this warp, whose lanes all
+//   passed the __syncwarp of iteration s - 1. Every wait is bounded (kSpinLimit, kTimeoutNs): a protocol bug writes a record to mapped host
+//   memory and traps; the host prints the record instead of hanging.
+//
+// Shared-memory layouts (PTX ISA "Asynchronous Warpgroup Level Matrix Shared Memory Layout", "Matrix Descriptor
+// Format"). Both operands are K-major (imm-trans-a = imm-trans-b = 0), 128-byte swizzle (descriptor bits 62-63 = 1):
+//   A stage: row r (0..255) of the block at byte r*128 (64 fp16 of k = one 128-byte swizzle row); 16-byte chunk
+//     c (k 8c..8c+7) stored at chunk position c ^ (r & 7). The 8-row x 128-byte groups (1024 B) are the swizzle
+//     atoms; the stage base is 1024-aligned so the hardware's XOR of address bits [4:6] with bits [7:9] is exactly
+//     this c ^ (r & 7). Descriptor: start = stage + (rows of the m64 half)*128 + kk*32 bytes (the k16 step
+//     kk = 0..3 moves 2 chunks inside the atom; the hardware applies the XOR after adding it), SBO = 1024 (next
+//     8-row group), LBO = 16 (unused for swizzled K-major layouts, which span the whole 128-byte row), base
+//     offset 0.
+//   B stage: the same with n as the row: column n (0..127) of the block at byte n*128, k chunk c at c ^ (n & 7);
+//     descriptor start = stage + kk*32, SBO = 1024, N = 128 = 16 atoms of 8 columns.
+//   Producer stores: lane (g = lane/4, q = lane%4) of the decode holds frag[f] = Ŵ[k0+2q+8(f&1) .. +1][n0+g+8(f>>1)]
+//     (trellis.cuh: two consecutive k of one column = one 32-bit word of a K-major row). It stores the word at
+//     n*128 + ((c ^ (n & 7)) << 4) + 4q with c = 2*kk + (f & 1) and n & 7 = g. For one st.shared.b32 of a warp
+//     the 32-bit bank is ((c ^ g)*4 + q) mod 32 (n*128 is a multiple of 128 bytes): c ^ g takes 8 distinct values
+//     over g = 0..7 and q the 4 words inside, so the 32 lanes hit 32 distinct banks: conflict-free, 4 stores per
+//     lane per tile. (The unswizzled layout would also be conflict-free for these stores; the swizzled one is
+//     chosen because it is the canonical, bank-conflict-free layout for the wgmma reads.)
+//   A cp.async: thread t copies chunk c = t % 8 of rows t/8 + 16j (j = 0..15); a warp writes rows 4w'..4w'+3 of
+//     one 1024-byte atom, 512 contiguous bytes: conflict-free; global reads are whole 128-byte row segments.
+//     Rows >= m are skipped (not zero-filled): they only feed output rows >= m, which are not stored.
+//   Raw trellis: tile (tr, tc) of the stage at word (tr*8 + tc) * 4*K2, copied verbatim (one tile row of 8 tiles
+//     is contiguous in global memory); lanes read 3 nearly consecutive words each (at most 2-way conflicted).
+// Accumulator layout (PTX ISA "Register Fragments and Shared Memory Matrix Layouts: wgmma .m64nNk16, Matrix D"):
+//   thread of warp w (0..3 inside the warpgroup), g = lane/4, q = lane%4, register d[i] (i = 0..N/2-1) holds
+//   D[16w + g + 8*((i>>1)&1)][8*(i>>2) + 2q + (i&1)].
+// ---------------------------------------------------------------------------------------------------------------
+#include <cublas_v2.h>
+#include <cuda.h>  // CUtensorMap and its enums only; cuTensorMapEncodeTiled comes via cudaGetDriverEntryPointByVersion
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "exl3/codebook.cuh"
+#include "exl3/trellis.cuh"
+
+#define CK(x)                                                                                    \
+  do {                                                                                           \
+    cudaError_t e_ = (x);                                                                        \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(e_), __FILE__, __LINE__, \
+                   cudaGetErrorString(e_));                                                      \
+      report_diag_and_exit();                                                                    \
+    }                                                                                            \
+  } while (0)
+#define CKB(x)                                                                              \
+  do {                                                                                      \
+    cublasStatus_t s_ = (x);                                                                \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                      \
+      std::fprintf(stderr, "cuBLAS error %d at %s:%d\n", (int)s_, __FILE__, __LINE__);      \
+      std::exit(2);                                                                         \
+    }                                                                                       \
+  } while (0)
+
+namespace proto {
+
+constexpr int kBM = 256, kBN = 128, kBK = 64;
+constexpr int kStages = 4;           // A/B ring
+constexpr int kAhead = 2;            // cp.async issued this many stages ahead of the decode
+constexpr int kRaw = kAhead + 2;     // raw trellis ring (see the protocol above)
+constexpr int kConsumers = 256;      // 2 consumer warpgroups
+// P producer warpgroups (WG0 .. WG(P-1)), then the two consumer warpgroups. Registers per thread: kLaunchRegs is
+// what __launch_bounds__(kThreads(P), 1) gives (65536 / threads, rounded down to 8); the block's pool is
+// kThreads * kLaunchRegs, and setmaxnreg moves registers from the producers (dec to kProdRegs) to the consumers
+// (inc to kConsRegs). The sum after the moves must fit the pool, or setmaxnreg.inc blocks forever.
+template <int P>
+struct Cfg {
+  static_assert(P >= 1 && P <= 3, "1..3 producer warpgroups");
+  static constexpr int kProducers = 128 * P;
+  static constexpr int kThreads = kProducers + kConsumers;
+  static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;  // 168, 128, 96
+  static constexpr int kProdRegs = P == 1 ? 96 : (P == 2 ? 72 : 48);
+  static constexpr int kConsRegs = P == 1 ? 200 : (P == 2 ? 184 : 168);
+  static_assert(kProdRegs % 8 == 0 && kConsRegs % 8 == 0 && kProdRegs >= 24 && kConsRegs <= 256, "setmaxnreg range");
+  static_assert(kProdRegs <= kLaunchRegs && kConsRegs >= kLaunchRegs, "dec / inc directions");
+  static_assert(kProducers * kProdRegs + kConsumers * kConsRegs <= kThreads * kLaunchRegs, "register pool");
+  // Decode split: warp w of the producers takes tile row w & 3 of the stage and column group w >> 2 (0..P-1),
+  // rotated by the stage: column group cg = ((w >> 2) + s) % P decodes tile columns cg, cg + P, cg + 2P, ... < 8.
+  static constexpr int kMaxTiles = (8 + P - 1) / P;  // 8, 4, 3 (P = 3: groups of 3, 3, 2 tiles)
+};
+// Variants (time mode diagnostics). Only kFull, kMmaOnly, kDecodeOnly are built for P = 2, 3; the others are P = 1.
+//   0 full        the kernel; A by cp.async (128 producer threads, 16 B each) 2 stages ahead.
+//   1 mma-only    producers copy A (cp.async) and keep the barrier protocol; no trellis copy, no decode, no B
+//                 stores (B is garbage).
+//   2 decode-only consumers keep the barrier protocol but issue no wgmma and store nothing.
+//   3 mma-spin    consumers issue the same wgmma / commit / wait_group sequence over the 4 slots with NO barrier
+//                 waits (whatever shared memory holds); producers exit at once. Pure wgmma issue rate.
+//   4 mma-sync    mma-only without any copy: producers wait empty / arrive full only. Barrier protocol cost.
+//   5 mma-tma     mma-only with A by TMA: one producer thread waits empty and issues one 32 KB
+//                 cp.async.bulk.tensor.2d per stage (128-byte swizzle, full[] completes by expect_tx), as deep as
+//                 the ring allows (4 stages); the other producer threads exit.
+//   6 full-tma    the full kernel with A by TMA (producer thread 0, at the point of the cp.async it replaces, 2
+//                 stages ahead); trellis cp.async and decode unchanged. Computes a real result (checked).
+//   7 epilogue    no k loop at all: launch, (memset for split-k), accumulator stores of zeros. The fixed cost that
+//                 every other variant's time includes; time mode subtracts it for the "net" per-stage numbers.
+constexpr int kFull = 0, kMmaOnly = 1, kDecodeOnly = 2, kMmaSpin = 3, kMmaSync = 4, kMmaTma = 5, kFullTma = 6,
+              kEpilogue = 7;
+__host__ __device__ constexpr bool v_tma(int v) { return v == kMmaTma || v == kFullTma; }
+__host__ __device__ constexpr bool v_decode(int v) { return v == kFull || v == kDecodeOnly || v == kFullTma; }
+__host__ __device__ constexpr bool v_cpasync_a(int v) { return v == kFull || v == kMmaOnly || v == kDecodeOnly; }
+__host__ __device__ constexpr bool v_wgmma(int v) { return v != kDecodeOnly && v != kEpilogue; }
+__host__ __device__ constexpr bool v_real(int v) { return v == kFull || v == kFullTma; }  // computes C
+// full[] arrival count: 128 P producer threads; TMA variants add (6) or are (5) one arrive.expect_tx per use.
+__host__ __device__ constexpr int full_count(int v, int producers) {
+  return v == kMmaTma ? 1 : (v == kFullTma ? producers + 1 : producers);
+}
+constexpr int kAStageBytes = kBM * kBK * 2;  // 32 KB
+constexpr int kBStageBytes = kBN * kBK * 2;  // 16 KB
+constexpr int kAOff = 0;
+constexpr int kBOff = kStages * kAStageBytes;
+constexpr int kTOff = kBOff + kStages * kBStageBytes;
+__host__ __device__ constexpr int t_stage_bytes(int K2) { return (kBK / 16) * (kBN / 16) * 4 * K2 * 4; }
+__host__ __device__ constexpr int bar_off(int K2) { return kTOff + kRaw * t_stage_bytes(K2); }
+__host__ __device__ constexpr int smem_bytes(int K2) { return bar_off(K2) + 2 * kStages * 8 + 1024; }  // +1024: align
+
+constexpr uint32_t kSpinLimit = 1u << 26;
+constexpr unsigned long long kTimeoutNs = 2000000000ull;  // 2 s
+
+// Timeout record, in mapped pinned host memory: readable by the host after the trap killed the context.
+// role 0 = producer waiting on empty[slot], 1 = consumer waiting on full[slot].
+struct Diag {
+  int flag, role, block_x, block_y, block_z, thread, stage, slot, parity, pad;
+};
+
+template <typename F, int... I>
+__device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, typename F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for_impl(f, std::make_integer_sequence<int, N>{});
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+template <int kOff>
+__device__ __forceinline__ uint32_t lds_at(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1+%2];\n" : "=r"(v) : "r"(addr), "n"(kOff) : "memory");
+  return v;
+}
+template <int kOff>
+__device__ __forceinline__ void sts_at(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0+%1], %2;\n" ::"r"(addr), "n"(kOff), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// TMA (PTX ISA "cp.async.bulk.tensor"): 2-d tile of the tensor map at coordinates (c0 = k element, c1 = row) into
+// shared memory at dst, completion as transaction bytes on the mbarrier. No cluster launch: the CTA's own
+// shared::cta address is a valid shared::cluster address. The tensor map lives in the __grid_constant__ Params.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* tmap, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Bounded wait: try_wait suspends in hardware for a while, so a correct pipeline passes in a few iterations. A
+// broken protocol ends here after kSpinLimit iterations or kTimeoutNs: the first thread to time out writes a record
+// to mapped host memory, then traps; the host prints the record and exits with 2. No printf here: a function call
+// (vprintf) reachable from inside the consumer's wgmma window makes ptxas serialize every wgmma (C7510).
+__device__ __forceinline__ void wait_timeout(Diag* diag, int role, int stage, int slot, uint32_t parity) {
+  if (atomicCAS(&diag->flag, 0, 1) == 0) {
+    diag->role = role; diag->block_x = blockIdx.x; diag->block_y = blockIdx.y; diag->block_z = blockIdx.z;
+    diag->thread = threadIdx.x; diag->stage = stage; diag->slot = slot; diag->parity = (int)parity;
+    __threadfence_system();
+  }
+  __trap();
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, Diag* diag, int role, int stage, int slot) {
+  if (mbar_try_wait(bar, parity)) return;
+  const unsigned long long t0 = globaltimer();
+  for (uint32_t it = 0;; ++it) {
+    if (mbar_try_wait(bar, parity)) return;
+    if (it >= kSpinLimit || ((it & 63) == 0 && globaltimer() - t0 > kTimeoutNs))
+      wait_timeout(diag, role, stage, slot, parity);
+  }
+}
+
+// Matrix descriptor (PTX ISA "Matrix Descriptor Format"): bits 0-13 start address >> 4, 16-29 leading-dimension
+// byte offset >> 4, 32-45 stride-dimension byte offset >> 4, 49-51 base offset (0: atoms 1024-aligned), 62-63
+// swizzle mode (1 = 128-byte). Adding (bytes >> 4) to the descriptor moves the start address (no carry out of
+// bits 0-13: shared addresses are < 256 KB).
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t saddr) {
+  uint64_t d = 0;
+  d |= (uint64_t)((saddr & 0x3FFFF) >> 4);
+  d |= (uint64_t)(16 >> 4) << 16;    // LBO: not used by swizzled K-major layouts
+  d |= (uint64_t)(1024 >> 4) << 32;  // SBO: 8 rows x 128 bytes between 8-row groups
+  d |= (uint64_t)1 << 62;            // 128-byte swizzle
+  return d;
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// Keeps the compiler from moving reads/writes of an accumulator register across the async wgmma window.
+__device__ __forceinline__ void fence_acc(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D[64 x 128] += A[64 x 16] (desc) * B[16 x 128] (desc), fp16 in, fp32 accumulate; scale-d = 1, no negation,
+// both operands K-major (trans 0).
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+      "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db));
+}
+
+struct Params {
+  CUtensorMap tmap_a;       // TMA variants: A [m][k] fp16, box 64 k x 256 rows, 128-byte swizzle (host-encoded)
+  const __half* A;          // [m][k] fp16 row-major
+  const uint32_t* trellis;  // [k/16][n/16][4*K2] words
+  float* C;                 // [m][n] fp32
+  Diag* diag;
+  int m, n, k;
+  int stages_per_split;     // k/64 stages per blockIdx.z
+  int atomic;               // 1: red.add into C (split-k), 0: store
+};
+
+// ------------------------------------------------------------------ producers (warpgroups 0 .. P-1)
+// Decode of one tile from the lane's raw window words. For K = 4 and K = 8 (4*K2 a multiple of 32 bits per lane)
+// every lane's funnel shift r = (8 t K + K - 16) mod 32 is the same constant, K + 16 (20 and 24; LaneWindow::make),
+// so the states are read straight from the raw words at the compile-time offsets o_j + r: no normalising shifts,
+// and only the words that hold bits (K = 4: 2 of the 3, the window ends at bit 64). Other K: trellis.cuh's path.
+template <int K2>
+struct RawWindow {
+  using B = exl3::TrellisBits<K2>;
+  static constexpr bool kConstR = (4 * K2) % 32 == 0;
+  static constexpr int kR = (B::kFloor + 16) % 32;
+  static constexpr int kWords = kConstR ? (kR + B::state_offset(7) + 16 + 31) / 32 : 3;
+};
+template <int CB, int K2>
+__device__ __forceinline__ void decode_raw_tile(const uint32_t (&w)[3], int r, uint32_t (&frag)[4],
+                                                const exl3::DecodeConsts& dk) {
+  using RW = RawWindow<K2>;
+  using B = exl3::TrellisBits<K2>;
+  if constexpr (RW::kConstR) {
+    uint32_t st[8];
+    static_for<8>([&](auto j_c) {
+      constexpr int j = decltype(j_c)::value;
+      st[j] = exl3::window_bits16<B::state_offset(j) + RW::kR>(w[0], w[1], w[2]);
+    });
+    frag[0] = exl3::decode_pair<CB>(st[0], st[1], dk);
+    frag[1] = exl3::decode_pair<CB>(st[2], st[3], dk);
+    frag[2] = exl3::decode_pair<CB>(st[4], st[5], dk);
+    frag[3] = exl3::decode_pair<CB>(st[6], st[7], dk);
+  } else {
+    exl3::decode_window_fragments<CB, K2>(w[0], w[1], w[2], r, frag, dk);
+  }
+}
+
+template <int CB, int K2, int P, int V>
+__device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_begin, int ns, int row0, int tn0) {
+  using C = Cfg<P>;
+  using RW = RawWindow<K2>;
+  constexpr int kTileWords = 4 * K2;
+  constexpr int kTileBytes = 4 * kTileWords;  // K2 16-byte chunks
+  constexpr int kTStage = t_stage_bytes(K2);
+  constexpr int kRowStep = 16 * P;            // A rows between a thread's copies
+  constexpr int kAJ = (kBM + kRowStep - 1) / kRowStep;
+  constexpr int kMaxT = C::kMaxTiles;
+  constexpr int kRawPer = (kMaxT * K2 + 31) / 32;  // raw 16-byte chunks per lane and stage
+  const int pt = threadIdx.x, pw = pt >> 5, lane = pt & 31, g = lane >> 2, q = lane & 3;
+  const int tr = pw & 3, cg0 = pw >> 2;
+  const int tiles_n = p.n / 16;
+  const uint32_t full0 = smem + bar_off(K2), empty0 = full0 + 8 * kStages;
+
+  // Diagnostic producers (P = 1 only).
+  if constexpr (V == kMmaSpin || V == kEpilogue) {
+    return;  // consumers wait on nothing
+  } else if constexpr (V == kMmaSync) {
+    // Barrier protocol only: a stage is "full" as soon as its slot is free; no data moves.
+    for (int s = 0; s < ns; ++s) {
+      const int u = s - kStages;
+      if (u >= 0) mbar_wait(empty0 + 8 * (u % kStages), (u / kStages) & 1, p.diag, 0, s, u % kStages);
+      mbar_arrive(full0 + 8 * (s % kStages));
+    }
+    return;
+  } else if constexpr (V == kMmaTma) {
+    // One thread issues every stage's A as one TMA as soon as its slot is free: up to kStages stages ahead.
+    if (pt != 0) return;
+    for (int s = 0; s < ns; ++s) {
+      const int u = s - kStages, slot = s % kStages;
+      if (u >= 0) mbar_wait(empty0 + 8 * (u % kStages), (u / kStages) & 1, p.diag, 0, s, u % kStages);
+      mbar_arrive_expect_tx(full0 + 8 * slot, kAStageBytes);
+      tma_load_2d(smem + kAOff + slot * kAStageBytes, &p.tmap_a, (s_begin + s) * kBK, row0, full0 + 8 * slot);
+    }
+    return;
+  }
+
+  // A copy (all 128 P producer threads): chunk a_c of rows a_r + 16 P j; 16 P j does not change r & 7, so the
+  // swizzled chunk position is the same for all j. Rows >= m are not copied at all: whatever stale data their
+  // shared rows hold only reaches rows >= m of the wgmma result (each row of D depends on its own row of A only),
+  // and those are never stored. So only j < a_nj are issued.
+  const int a_r = pt >> 3, a_c = pt & 7;
+  const uint32_t a_dst = smem + kAOff + (uint32_t)(a_r * 128 + ((a_c ^ (a_r & 7)) << 4));
+  const int rows_here = min(kBM, p.m - row0);
+  const int a_nj = rows_here > a_r ? (rows_here - a_r + kRowStep - 1) / kRowStep : 0;
+  const char* a_src = reinterpret_cast<const char*>(p.A + (int64_t)(row0 + min(a_r, rows_here - 1)) * p.k + a_c * 8);
+  const int64_t a_step = (int64_t)kRowStep * p.k * 2;
+  // Raw trellis copy: each warp copies the tiles it decodes itself (tile row tr, columns cg + P i), so a
+  // cp.async.wait_group + __syncwarp replaces a barrier across the producer warps, and the warps run decoupled
+  // (they meet only at the full / empty barriers). Lane chunk c = lane + 32 j: tile i = c / K2, chunk c % K2;
+  // the raw stage mirrors global memory (tile (tr, tc) at (8 tr + tc) * kTileBytes), so source and destination
+  // take the same offset inside the tile row.
+  uint32_t raw_off[kRawPer];
+  int raw_i[kRawPer];
+#pragma unroll
+  for (int j = 0; j < kRawPer; ++j) {
+    const int c = lane + 32 * j;
+    raw_i[j] = c / K2;
+    raw_off[j] = (uint32_t)((c / K2) * P * kTileBytes + (c % K2) * 16);
+  }
+  auto col_group = [&](int s) __attribute__((always_inline)) { return P == 1 ? 0 : (cg0 + s) % P; };
+  auto n_tiles = [&](int cg) __attribute__((always_inline)) { return 8 % P == 0 ? kMaxT : (8 - cg + P - 1) / P; };
+  const uint32_t* t_row_src = p.trellis + ((int64_t)(4 * s_begin + tr) * tiles_n + tn0) * kTileWords;
+  const int64_t t_stage_words = (int64_t)4 * tiles_n * kTileWords;
+  auto issue_loads = [&](int s) __attribute__((always_inline)) {
+    const int slot = s % kStages, tslot = s % kRaw;
+    if constexpr (v_cpasync_a(V)) {
+      const char* a_s = a_src + (int64_t)(s_begin + s) * (kBK * 2);
+#pragma unroll
+      for (int j = 0; j < kAJ; ++j)
+        if (j < a_nj) cp_async16(a_dst + slot * kAStageBytes + j * kRowStep * 128, a_s + j * a_step, 16);
+    } else if constexpr (V == kFullTma) {
+      // full[slot] of stage s: this arrive.expect_tx (the + 1 of its count) and the 32 KB of the TMA, then the
+      // 128 P arrivals after the decode. Issued after the empty wait of this stage's slot (or in the prologue,
+      // before the slot's first use), so it never lands in the previous phase. Rows >= m: TMA zero-fills them,
+      // and the transaction count is the whole box either way.
+      if (pt == 0) {
+        mbar_arrive_expect_tx(full0 + 8 * slot, kAStageBytes);
+        tma_load_2d(smem + kAOff + slot * kAStageBytes, &p.tmap_a, (s_begin + s) * kBK, row0, full0 + 8 * slot);
+      }
+    }
+    if constexpr (v_decode(V)) {
+      const int cg = col_group(s), nt = n_tiles(cg);
+      const char* src = reinterpret_cast<const char*>(t_row_src + s * t_stage_words + cg * kTileWords);
+      const uint32_t dst = smem + kTOff + tslot * kTStage + (uint32_t)((tr * 8 + cg) * kTileBytes);
+#pragma unroll
+      for (int j = 0; j < kRawPer; ++j)
+        if (raw_i[j] < nt) cp_async16(dst + raw_off[j], src + raw_off[j], 16);
+    }
+  };
+
+  const exl3::LaneWindow<K2> lw = exl3::LaneWindow<K2>::make(lane);
+  const uint32_t t_base = smem + kTOff + (uint32_t)(tr * 8 * kTileBytes);
+  const uint32_t w0 = t_base + lw.off[0], w1 = t_base + lw.off[1], w2 = t_base + lw.off[2];
+  // Store offsets of the two k chunks (c = 2 tr + kh) of this lane, column n & 7 = g, word q.
+  const uint32_t xo0 = smem + kBOff + (uint32_t)(g * 128 + (((2 * tr + 0) ^ g) << 4) + 4 * q);
+  const uint32_t xo1 = smem + kBOff + (uint32_t)(g * 128 + (((2 * tr + 1) ^ g) << 4) + 4 * q);
+  const exl3::DecodeConsts dk = exl3::DecodeConsts::make();
+
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s) {
+    if (s < ns) issue_loads(s);
+    cp_async_commit();
+  }
+  for (int s = 0; s < ns; ++s) {
+    // (1) loads of stage s + kAhead into slot (s + kAhead) % kStages, after the consumers released it.
+    const int sl = s + kAhead;
+    if (sl < ns) {
+      const int u = sl - kStages;
+      if (u >= 0) mbar_wait(empty0 + 8 * (u % kStages), (u / kStages) & 1, p.diag, 0, s, u % kStages);
+      issue_loads(sl);
+    }
+    cp_async_commit();
+    // (2) this thread's copies of stage s are in; after __syncwarp, those of the whole warp (the raw words a lane
+    // reads were copied by lanes of the same warp).
+    cp_async_wait<kAhead>();
+    const int slot = s % kStages;
+    if constexpr (v_decode(V)) {
+      __syncwarp();
+      // (3) decode this warp's tiles (tile row tr, columns cg + P i) into B[s % kStages].
+      const int cg = col_group(s), nt = n_tiles(cg);
+      const uint32_t toff = (uint32_t)((s % kRaw) * kTStage + cg * kTileBytes);
+      const uint32_t boff = (uint32_t)(slot * kBStageBytes + cg * 16 * 128);
+      const uint32_t a0 = w0 + toff, a1 = w1 + toff, a2 = w2 + toff;
+      const uint32_t b0 = xo0 + boff, b1 = xo1 + boff;
+      // All window words first: in program order each tile's loads would otherwise sit behind the previous
+      // tile's stores (ptxas keeps shared loads after shared stores it cannot disambiguate).
+      uint32_t wv[kMaxT][3];
+      static_for<kMaxT>([&](auto i_c) {
+        constexpr int i = decltype(i_c)::value;
+        constexpr int kW = i * P * kTileBytes;
+        wv[i][2] = wv[i][1] = wv[i][0] = 0;
+        if ((8 % P == 0) || i < nt) {
+          wv[i][0] = lds_at<kW>(a0);
+          if constexpr (RW::kWords > 1) wv[i][1] = lds_at<kW>(a1);
+          if constexpr (RW::kWords > 2) wv[i][2] = lds_at<kW>(a2);
+        }
+      });
+      static_for<kMaxT>([&](auto i_c) {
+        constexpr int i = decltype(i_c)::value;
+        constexpr int kS = i * P * 16 * 128;  // tile column cg + P i: 16 columns of 128 bytes each
+        if ((8 % P == 0) || i < nt) {
+          uint32_t frag[4];
+          decode_raw_tile<CB, K2>(wv[i], lw.r, frag, dk);
+          // frag f: k chunk f & 1 (b0 / b1), column half f >> 1 (+8 columns = +1024 bytes).
+          sts_at<kS>(b0, frag[0]);
+          sts_at<kS>(b1, frag[1]);
+          sts_at<kS + 8 * 128>(b0, frag[2]);
+          sts_at<kS + 8 * 128>(b1, frag[3]);
+        }
+      });
+    }
+    // (4) publish: generic-proxy writes (st.shared, cp.async) -> async proxy (wgmma), then arrive.
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    mbar_arrive(full0 + 8 * slot);
+  }
+  cp_async_wait<0>();
+}
+
+// ------------------------------------------------------------------ consumers (warpgroups P, P + 1)
+// NM = number of valid m64 halves of this warpgroup (0, 1, 2): a template so that no runtime branch sits between
+// the wgmmas of a stage.
+// V = kMmaSpin: no barrier at all (no full wait, no empty arrive), the same wgmma / commit / wait_group sequence.
+template <int V, int NM>
+__device__ __forceinline__ void consumer_loop(const Params& p, uint32_t smem, int ns, uint32_t full0, uint32_t empty0,
+                                              int cw, float (&acc0)[64], float (&acc1)[64]) {
+  constexpr bool kSync = V != kMmaSpin;
+  const uint64_t da0 = desc_sw128(smem + kAOff + (uint32_t)(cw * 128 * 128));
+  const uint64_t da1 = da0 + (uint64_t)((64 * 128) >> 4);
+  const uint64_t db = desc_sw128(smem + kBOff);
+  for (int s = 0; s < ns; ++s) {
+    const int slot = s % kStages;
+    if constexpr (kSync) mbar_wait(full0 + 8 * slot, (s / kStages) & 1, p.diag, 1, s, slot);
+    if constexpr (NM > 0) {
+      uint64_t ao = (uint64_t)((slot * kAStageBytes) >> 4), bo = (uint64_t)((slot * kBStageBytes) >> 4);
+      // Without the barrier waits (mma-spin) ptxas unrolls / hoists the per-slot descriptors and spills; keep the
+      // slot offsets opaque so every variant runs the same per-stage descriptor arithmetic.
+      if constexpr (!kSync) asm volatile("" : "+l"(ao), "+l"(bo));
+      wgmma_fence();
+      static_for<kBK / 16>([&](auto kk_c) {
+        constexpr int kk = decltype(kk_c)::value;
+        constexpr uint64_t ko = (kk * 32) >> 4;  // k16 step = 32 bytes inside the 128-byte swizzle row
+        wgmma_m64n128k16(acc0, da0 + ao + ko, db + bo + ko);
+        if constexpr (NM > 1) wgmma_m64n128k16(acc1, da1 + ao + ko, db + bo + ko);
+      });
+      wgmma_commit();
+      wgmma_wait<1>();  // the group of stage s - 1 is complete: its slot can be refilled
+    }
+    if constexpr (kSync)
+      if (s > 0) mbar_arrive(empty0 + 8 * ((s - 1) % kStages));
+  }
+  if constexpr (NM > 0) wgmma_wait<0>();
+  fence_acc(acc0);
+  fence_acc(acc1);
+}
+
+template <int CB, int K2, int P, int V>
+__global__ void __launch_bounds__(Cfg<P>::kThreads, 1) wgmma_trellis_gemm(const __grid_constant__ Params p) {
+  using C = Cfg<P>;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t smem = (smem_u32(smem_raw) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
+  const uint32_t full0 = smem + bar_off(K2), empty0 = full0 + 8 * kStages;
+  const int row0 = blockIdx.y * kBM, col0 = blockIdx.x * kBN, tn0 = col0 / 16;
+  const int total = p.k / kBK;
+  const int s_begin = blockIdx.z * p.stages_per_split;
+  const int ns = max(0, min(total, s_begin + p.stages_per_split) - s_begin);
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(full0 + 8 * i, full_count(V, C::kProducers));
+      mbar_init(empty0 + 8 * i, kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  // Role split on warpgroup boundaries (128-thread multiples), so every warp of a warpgroup executes the same
+  // setmaxnreg, once. The producers release registers; a consumer's setmaxnreg.inc waits in hardware until the
+  // block's pool holds enough. The consumer path is a block of its own, entered first (not the fall-through after
+  // a producer `return`): with the roles joined at a common tail, ptxas (13.0) allocated that tail, and with it
+  // the live accumulators, under the launch budget and spilled them for P = 2, 3; as two if/else arms each arm
+  // gets its setmaxnreg budget (no spills, checked with -Xptxas -v).
+  // The warpgroup index goes through a warp shuffle so that ptxas knows it is warp-uniform: with the raw
+  // threadIdx.x compare it treats the consumer arm as a divergent path and serializes every wgmma (C7518).
+  const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
+  auto consumer = [&]() __attribute__((always_inline)) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kConsRegs));
+    const int ct = threadIdx.x - C::kProducers;  // 0..255
+    const int cw = ct >> 7;                      // consumer warpgroup 0 / 1: block rows [128 cw, 128 cw + 128)
+    const int wl = (ct >> 5) & 3, lane = ct & 31, g = lane >> 2, q = lane & 3;
+    float acc0[64], acc1[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) { acc0[i] = 0.f; acc1[i] = 0.f; }
+    const int rows_wg = p.m - (row0 + 128 * cw);
+    // Decode-only variant: nm = 0 keeps the barrier protocol (wait full, release empty) without wgmma or stores.
+    // Epilogue variant: no loop, stores the zero accumulators of the valid halves.
+    const int nm = (V == kDecodeOnly || rows_wg <= 0) ? 0 : (rows_wg <= 64 ? 1 : 2);
+    if constexpr (V != kEpilogue) {
+      if (nm == 2) consumer_loop<V, 2>(p, smem, ns, full0, empty0, cw, acc0, acc1);
+      else if (nm == 1) consumer_loop<V, 1>(p, smem, ns, full0, empty0, cw, acc0, acc1);
+      else consumer_loop<V, 0>(p, smem, ns, full0, empty0, cw, acc0, acc1);
+    }
+
+    // Epilogue: accumulator fragment -> C (see the layout note in the header).
+    auto store_half = [&](const float (&d)[64], int mi) __attribute__((always_inline)) {
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0 + 128 * cw + 64 * mi + 16 * wl + g + 8 * h;
+          const int col = col0 + 8 * j + 2 * q;
+          if (row < p.m) {
+            float* dst = p.C + (int64_t)row * p.n + col;
+            const float x = d[4 * j + 2 * h], y = d[4 * j + 2 * h + 1];
+            if (p.atomic)
+              asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
+            else
+              *reinterpret_cast<float2*>(dst) = make_float2(x, y);
+          }
+        }
+      }
+    };
+    if (nm >= 1) store_half(acc0, 0);
+    if (nm >= 2) store_half(acc1, 1);
+  };
+  if constexpr (P == 1) {
+    if (wg < P) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kProdRegs));
+      producer<CB, K2, P, V>(p, smem, s_begin, ns, row0, tn0);
+      return;
+    }
+    consumer();
+  } else {
+    if (wg >= P) {
+      consumer();
+    } else {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kProdRegs));
+      producer<CB, K2, P, V>(p, smem, s_begin, ns, row0, tn0);
+    }
+  }
+}
+
+// ------------------------------------------------------------------ deliberately simple reference
+// One warp per 16x16 tile: the project's per-lane decode, scattered to a dense fp16 W[k][n] with frag_row/frag_col.
+template <int CB, int K2>
+__global__ void decode_ref_kernel(const uint32_t* trellis, __half* W, int k, int n) {
+  const int tn = blockIdx.x, tk = blockIdx.y, lane = threadIdx.x;
+  const uint32_t* tile = trellis + ((int64_t)tk * (n / 16) + tn) * (4 * K2);
+  const exl3::DecodeConsts dk = exl3::DecodeConsts::make();
+  uint32_t frag[4];
+  exl3::decode_tile_fragments<CB, K2>(tile, lane, frag, dk);
+  for (int v = 0; v < 8; ++v) {
+    const uint16_t bits = (uint16_t)(frag[v >> 1] >> (16 * (v & 1)));
+    const int r = 16 * tk + exl3::frag_row(lane, v), c = 16 * tn + exl3::frag_col(lane, v);
+    W[(int64_t)r * n + c] = __ushort_as_half(bits);
+  }
+}
+// C[i][j] = sum_k A[i][k] * W[k][j], fp32, one thread per output.
+__global__ void gemm_ref_kernel(const __half* A, const __half* W, float* C, int m, int k, int n) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+  if (j >= n || i >= m) return;
+  float s = 0.f;
+  for (int kk = 0; kk < k; ++kk) s += __half2float(A[(int64_t)i * k + kk]) * __half2float(W[(int64_t)kk * n + j]);
+  C[(int64_t)i * n + j] = s;
+}
+
+__device__ __forceinline__ uint32_t hash32(uint64_t x) {
+  x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull; x ^= x >> 33;
+  return (uint32_t)x;
+}
+__global__ void fill_words(uint32_t* p, int64_t count, uint64_t seed) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+    p[i] = hash32(i * 0x9E3779B97F4A7C15ull + seed);
+}
+__global__ void fill_half_pm1(__half* p, int64_t count, uint64_t seed) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+    p[i] = __float2half((float)(hash32(i * 0x9E3779B97F4A7C15ull + seed) >> 8) * (2.f / 16777216.f) - 1.f);
+}
+__global__ void fill_identity(__half* p, int m, int k) {  // A[i][i] = 1, else 0
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (int64_t)m * k; i += (int64_t)gridDim.x * blockDim.x)
+    p[i] = __float2half((i / k) == (i % k) ? 1.f : 0.f);
+}
+// max |a - b| and sum b^2 over n elements (a fp32, b fp16), into out[0] (as uint bits) and out[1] (double).
+__global__ void compare_kernel(const float* a, const __half* b, int64_t count, unsigned int* maxbits, double* sumsq) {
+  float mx = 0.f; double ss = 0.0;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+    const float bv = __half2float(b[i]);
+    mx = fmaxf(mx, fabsf(a[i] - bv));
+    ss += (double)bv * bv;
+  }
+  atomicMax(maxbits, __float_as_uint(mx));
+  atomicAdd(sumsq, ss);
+}
+
+}  // namespace proto
+
+// ==================================================================== host
+using namespace proto;
+
+static Diag* g_diag = nullptr;      // mapped pinned host memory (host view)
+static Diag* g_diag_dev = nullptr;  // its device alias, passed to the kernel
+static int g_sms = 132;
+
+static void report_diag_and_exit() {
+  if (g_diag && g_diag->flag)
+    std::fprintf(stderr,
+                 "pipeline timeout record: role %s, block (%d,%d,%d), thread %d, stage %d, slot %d, parity %d\n",
+                 g_diag->role == 0 ? "producer (waiting empty)" : "consumer (waiting full)", g_diag->block_x,
+                 g_diag->block_y, g_diag->block_z, g_diag->thread, g_diag->stage, g_diag->slot, g_diag->parity);
+  std::exit(2);
+}
+
+// Split-k: minimise (waves x stages per split) x (1 + 2% per extra split) over split = 1..16 with >= 4 stages per
+// split. One block per SM, so a wave is g_sms blocks; the 2% stands for the memset and the fp32 reductions.
+static int choose_split(int m, int n, int k) {
+  const int blocks = ((m + kBM - 1) / kBM) * (n / kBN), stages = k / kBK;
+  int best = 1;
+  double best_cost = 1e30;
+  for (int s = 1; s <= 16; ++s) {
+    const int sps = (stages + s - 1) / s;
+    if (sps < 4) break;
+    const int eff_s = (stages + sps - 1) / sps;
+    const int waves = (blocks * eff_s + g_sms - 1) / g_sms;
+    const double cost = (double)waves * sps * (1.0 + 0.02 * (eff_s - 1));
+    if (cost < best_cost - 1e-9) { best_cost = cost; best = eff_s; }
+  }
+  return best;
+}
+
+// TMA descriptor of A for the TMA variants: cuTensorMapEncodeTiled through the runtime's driver entry point (no
+// -lcuda). 2-d, dim 0 = k (contiguous), dim 1 = rows; box 64 x 256 = one A stage (64 fp16 = 128 bytes = one
+// 128-byte swizzle row, the limit of SWIZZLE_128B); TMA writes chunk c of box row r at c ^ (r & 7) of a 1024-aligned
+// destination, which is the A layout the consumers' descriptors expect. Rows >= m are zero-filled. Cached on
+// (A, m, k) so a timed launch does no encode.
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+static CUtensorMap make_tmap_a(const __half* A, int m, int k) {
+  static EncodeTiledFn encode = nullptr;
+  static CUtensorMap cached;
+  static const __half* c_A = nullptr;
+  static int c_m = -1, c_k = -1;
+  if (A == c_A && m == c_m && k == c_k) return cached;
+  if (!encode) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || fn == nullptr) {
+      std::fprintf(stderr, "cuTensorMapEncodeTiled: driver entry point not found (%d)\n", (int)q);
+      std::exit(2);
+    }
+    encode = reinterpret_cast<EncodeTiledFn>(fn);
+  }
+  const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)m};
+  const cuuint64_t strides[1] = {(cuuint64_t)k * 2};  // bytes between rows; a multiple of 16 (k % 64 == 0)
+  const cuuint32_t box[2] = {(cuuint32_t)kBK, (cuuint32_t)kBM};
+  const cuuint32_t estr[2] = {1, 1};
+  const CUresult r = encode(&cached, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<__half*>(A), dims, strides, box,
+                            estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed: CUresult %d (m %d, k %d)\n", (int)r, m, k);
+    std::exit(2);
+  }
+  c_A = A; c_m = m; c_k = k;
+  return cached;
+}
+
+template <int CB, int K2, int P, int V = kFull>
+static void launch_ours(const __half* A, const uint32_t* trellis, float* C, int m, int n, int k, int split,
+                        cudaStream_t st = 0) {
+  static bool attr = false;
+  if (!attr) {
+    CK(cudaFuncSetAttribute(wgmma_trellis_gemm<CB, K2, P, V>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            smem_bytes(K2)));
+    attr = true;
+  }
+  const int stages = k / kBK;
+  const int sps = (stages + split - 1) / split;
+  split = (stages + sps - 1) / sps;  // no empty splits
+  Params p{};
+  if constexpr (v_tma(V)) p.tmap_a = make_tmap_a(A, m, k);
+  p.A = A; p.trellis = trellis; p.C = C; p.diag = g_diag_dev;
+  p.m = m; p.n = n; p.k = k; p.stages_per_split = sps; p.atomic = split > 1 ? 1 : 0;
+  if (split > 1) CK(cudaMemsetAsync(C, 0, sizeof(float) * (size_t)m * n, st));
+  dim3 grid(n / kBN, (m + kBM - 1) / kBM, split);
+  wgmma_trellis_gemm<CB, K2, P, V><<<grid, Cfg<P>::kThreads, smem_bytes(K2), st>>>(p);
+  CK(cudaGetLastError());
+}
+
+static float h2f(uint16_t h) {
+  __half x;
+  std::memcpy(&x, &h, 2);
+  return __half2float(x);
+}
+
+static const char* variant_name(int v) {
+  static const char* names[] = {"full", "mma-only", "decode-only", "mma-spin", "mma-sync", "mma-tma", "full-tma",
+                                "epilogue"};
+  return v >= 0 && v < 8 ? names[v] : "?";
+}
+static const char* cb_name(int cb) { return cb == 0 ? "3inst" : (cb == 1 ? "mcg" : "mul1"); }
+
+// Identity-A diagnostic: C[i][:] must equal Ŵ[i][:] (i < min(m, k)). Reports wrong positions inside the 16x16 tile
+// and the 4x8-tile stage, and for the first mismatches where the value that arrived sits in Ŵ (same stage block).
+template <int CB, int K2, int P, int V>
+static void identity_diagnostic(int m, int k, int n, const uint32_t* d_trellis, const std::vector<uint16_t>& W) {
+  __half* d_A;
+  float* d_C;
+  CK(cudaMalloc(&d_A, sizeof(__half) * (size_t)m * k));
+  CK(cudaMalloc(&d_C, sizeof(float) * (size_t)m * n));
+  fill_identity<<<256, 256>>>(d_A, m, k);
+  CK(cudaMemset(d_C, 0, sizeof(float) * (size_t)m * n));
+  launch_ours<CB, K2, P, V>(d_A, d_trellis, d_C, m, n, k, 1);
+  CK(cudaDeviceSynchronize());
+  std::vector<float> C((size_t)m * n);
+  CK(cudaMemcpy(C.data(), d_C, sizeof(float) * C.size(), cudaMemcpyDeviceToHost));
+  const int rows = std::min(m, k);
+  long bad = 0;
+  long tile_map[16][16] = {}, stage_map[4][8] = {};
+  int shown = 0;
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < n; ++j) {
+      const float want = h2f(W[(size_t)i * n + j]), got = C[(size_t)i * n + j];
+      if (got == want) continue;
+      ++bad;
+      tile_map[i % 16][j % 16]++;
+      stage_map[(i % 64) / 16][(j % 128) / 16]++;
+      if (shown < 8) {
+        ++shown;
+        int fk = -1, fn = -1;
+        const int kb = i / 64 * 64, nb = j / 128 * 128;
+        for (int a = kb; a < std::min(k, kb + 64) && fk < 0; ++a)
+          for (int b = nb; b < nb + 128; ++b)
+            if (h2f(W[(size_t)a * n + b]) == got) { fk = a; fn = b; break; }
+        if (fk >= 0)
+          std::printf("    ident: C[%d][%d] = %g, want W[%d][%d] = %g; got equals W[%d][%d] (stage-local k %d n %d,"
+                      " want k %d n %d)\n", i, j, got, i, j, want, fk, fn, fk % 64, fn % 128, i % 64, j % 128);
+        else
+          std::printf("    ident: C[%d][%d] = %g, want %g; value not found in the 64x128 block of W\n", i, j, got, want);
+      }
+    }
+  std::printf("  identity-A diagnostic (rows 0..%d = k 0..%d): %ld of %ld positions wrong\n", rows - 1, rows - 1, bad,
+              (long)rows * n);
+  if (bad) {
+    std::printf("  wrong positions by (k %% 16) row x (n %% 16) column inside a 16x16 tile:\n");
+    for (int r = 0; r < 16; ++r) {
+      std::printf("    k%2d ", r);
+      for (int c = 0; c < 16; ++c) std::printf("%c", tile_map[r][c] ? 'X' : '.');
+      std::printf("\n");
+    }
+    std::printf("  wrong positions by tile inside a stage (k16 step x n16 tile column):\n");
+    for (int r = 0; r < 4; ++r) {
+      std::printf("    kk%d ", r);
+      for (int c = 0; c < 8; ++c) std::printf("%6ld", stage_map[r][c]);
+      std::printf("\n");
+    }
+  }
+  CK(cudaFree(d_A));
+  CK(cudaFree(d_C));
+}
+
+// One correctness case; returns true on PASS.
+template <int CB, int K2, int P, int V = kFull>
+static bool check_case(int m, int k, int n, int split, uint64_t seed) {
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  if ((size_t)smem_bytes(K2) > prop.sharedMemPerBlockOptin) {
+    std::printf("check P=%d %s cb=%s K=%g: SKIP, needs %d bytes of shared memory, the device allows %zu\n", P,
+                variant_name(V), cb_name(CB),
+                K2 / 2.0, smem_bytes(K2), (size_t)prop.sharedMemPerBlockOptin);
+    return true;
+  }
+  const size_t tw = (size_t)(k / 16) * (n / 16) * 4 * K2;
+  uint32_t* d_T;
+  __half *d_A, *d_W;
+  float *d_C, *d_R;
+  CK(cudaMalloc(&d_T, tw * 4));
+  CK(cudaMalloc(&d_A, sizeof(__half) * (size_t)m * k));
+  CK(cudaMalloc(&d_W, sizeof(__half) * (size_t)k * n));
+  CK(cudaMalloc(&d_C, sizeof(float) * (size_t)m * n));
+  CK(cudaMalloc(&d_R, sizeof(float) * (size_t)m * n));
+  fill_words<<<1024, 256>>>(d_T, (int64_t)tw, seed);
+  fill_half_pm1<<<1024, 256>>>(d_A, (int64_t)m * k, seed ^ 0xABCDEFull);
+  decode_ref_kernel<CB, K2><<<dim3(n / 16, k / 16), 32>>>(d_T, d_W, k, n);
+  gemm_ref_kernel<<<dim3((n + 255) / 256, m), 256>>>(d_A, d_W, d_R, m, k, n);
+  CK(cudaMemset(d_C, 0xFF, sizeof(float) * (size_t)m * n));  // NaN: unwritten outputs show
+  launch_ours<CB, K2, P, V>(d_A, d_T, d_C, m, n, k, split);
+  CK(cudaDeviceSynchronize());
+  std::vector<float> C((size_t)m * n), R((size_t)m * n);
+  CK(cudaMemcpy(C.data(), d_C, sizeof(float) * C.size(), cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(R.data(), d_R, sizeof(float) * R.size(), cudaMemcpyDeviceToHost));
+  double ss = 0.0, max_abs = 0.0;
+  long bad = 0, nonfinite = 0;
+  for (size_t i = 0; i < R.size(); ++i) ss += (double)R[i] * R[i];
+  const double rms = std::sqrt(ss / (double)R.size());
+  const double tol = 1e-3;  // relative to the reference RMS; fp32 accumulation of exact fp16 products
+  for (size_t i = 0; i < R.size(); ++i) {
+    const double e = std::fabs((double)C[i] - (double)R[i]);
+    if (!std::isfinite(C[i])) { ++nonfinite; ++bad; max_abs = INFINITY; continue; }
+    max_abs = std::max(max_abs, e);
+    if (e > tol * rms) ++bad;
+  }
+  const bool pass = bad == 0;
+  const int stages = k / kBK, sps = (stages + split - 1) / split;
+  std::printf("check P=%d %s cb=%s K=%g m=%d k=%d n=%d split=%d: max_abs_err %.3e, ref_rms %.3e, max_rel_err %.3e, bad %ld"
+              " (non-finite %ld) -> %s\n", P, variant_name(V), cb_name(CB), K2 / 2.0, m, k, n, (stages + sps - 1) / sps, max_abs, rms,
+              max_abs / rms, bad, nonfinite, pass ? "PASS" : "FAIL");
+  std::printf("{\"kind\": \"check\", \"P\": %d, \"variant\": \"%s\", \"cb\": \"%s\", \"K2\": %d, \"m\": %d, \"k\": %d, \"n\": %d, \"split\": %d, "
+              "\"max_abs_err\": %.4e, \"ref_rms\": %.4e, \"max_rel_err\": %.4e, \"bad\": %ld, \"pass\": %s}\n",
+              P, variant_name(V), cb_name(CB), K2, m, k, n, split, std::isfinite(max_abs) ? max_abs : 1e30, rms,
+              std::isfinite(max_abs) ? max_abs / rms : 1e30, bad, pass ? "true" : "false");
+  if (!pass) {
+    int shown = 0;
+    for (int i = 0; i < m && shown < 10; ++i)
+      for (int j = 0; j < n && shown < 10; ++j) {
+        const size_t x = (size_t)i * n + j;
+        if (!std::isfinite(C[x]) || std::fabs((double)C[x] - R[x]) > tol * rms) {
+          std::printf("    mismatch row %d col %d: got %.6g want %.6g\n", i, j, C[x], R[x]);
+          ++shown;
+        }
+      }
+    // Which rows (m64 halves / warps) and columns are affected: coarse maps.
+    long row_bad[4] = {}, col_bad[16] = {};
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) {
+        const size_t x = (size_t)i * n + j;
+        if (!std::isfinite(C[x]) || std::fabs((double)C[x] - R[x]) > tol * rms) {
+          row_bad[(i % kBM) / 64]++;
+          col_bad[(j % kBN) / 8]++;
+        }
+      }
+    std::printf("    bad by m64 quarter of the block: %ld %ld %ld %ld\n", row_bad[0], row_bad[1], row_bad[2],
+                row_bad[3]);
+    std::printf("    bad by 8-column group of the block:");
+    for (int c = 0; c < 16; ++c) std::printf(" %ld", col_bad[c]);
+    std::printf("\n");
+    std::vector<uint16_t> W((size_t)k * n);
+    CK(cudaMemcpy(W.data(), d_W, 2 * W.size(), cudaMemcpyDeviceToHost));
+    identity_diagnostic<CB, K2, P, V>(std::min(m, k), k, n, d_T, W);
+  }
+  CK(cudaFree(d_T)); CK(cudaFree(d_A)); CK(cudaFree(d_W)); CK(cudaFree(d_C)); CK(cudaFree(d_R));
+  return pass;
+}
+
+static float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct TimeResult {
+  int k, n, m, split, P, variant;
+  float ours_us, cublas_us;
+  double check_rel;  // full and full-tma only (-1 otherwise)
+  double us_stage, net_us_stage;
+};
+
+// Median time of one (P, variant) of ours, trellis copies rotated.
+template <int P, int V>
+static float time_ours(const __half* d_A, const uint32_t* d_T, size_t tw, int ct, float* d_C, int m, int n, int k,
+                       int split, int iters, cudaEvent_t e0, cudaEvent_t e1) {
+  constexpr int CB = 1, K2 = 8;
+  std::vector<float> t;
+  for (int it = -3; it < iters; ++it) {
+    const int c = (it + 3) % ct;
+    CK(cudaEventRecord(e0));
+    launch_ours<CB, K2, P, V>(d_A, d_T + (size_t)c * tw, d_C, m, n, k, split);
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms_ = 0.f;
+    CK(cudaEventElapsedTime(&ms_, e0, e1));
+    if (it >= 0) t.push_back(ms_ * 1e3f);
+  }
+  return median(t);
+}
+
+// Timing (mcg, K = 4): ours (P = 1, 2, 3; full, mma-only, decode-only) vs cuBLAS fp16 (dense decoded W), weights
+// rotated over copies that exceed the L2.
+static void time_shape(int k, int n, const std::vector<int>& ms, cublasHandle_t handle, std::vector<TimeResult>& out) {
+  constexpr int CB = 1, K2 = 8;
+  const size_t tw = (size_t)(k / 16) * (n / 16) * 4 * K2;
+  const size_t tbytes = tw * 4, wbytes = (size_t)k * n * 2;
+  const size_t l2x2 = (size_t)2 * 60 * 1024 * 1024;
+  const int ct = (int)std::max<size_t>(2, (l2x2 + tbytes - 1) / tbytes + 1);
+  const int cw = (int)std::max<size_t>(2, (l2x2 + wbytes - 1) / wbytes + 1);
+  const int mmax = *std::max_element(ms.begin(), ms.end());
+  uint32_t* d_T;
+  __half *d_W, *d_A, *d_Ch;
+  float* d_C;
+  CK(cudaMalloc(&d_T, tbytes * ct));
+  CK(cudaMalloc(&d_W, wbytes * cw));
+  CK(cudaMalloc(&d_A, sizeof(__half) * (size_t)mmax * k));
+  CK(cudaMalloc(&d_C, sizeof(float) * (size_t)mmax * n));
+  CK(cudaMalloc(&d_Ch, sizeof(__half) * (size_t)mmax * n));
+  fill_words<<<2048, 256>>>(d_T, (int64_t)(tw * ct), 1234);
+  fill_half_pm1<<<2048, 256>>>(d_A, (int64_t)mmax * k, 99);
+  for (int c = 0; c < cw; ++c)
+    proto::decode_ref_kernel<CB, K2><<<dim3(n / 16, k / 16), 32>>>(d_T + (size_t)(c % ct) * tw, d_W + (size_t)c * k * n, k, n);
+  CK(cudaDeviceSynchronize());
+  unsigned int* d_max;
+  double* d_ss;
+  CK(cudaMalloc(&d_max, 4));
+  CK(cudaMalloc(&d_ss, 8));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  const int iters = 25;
+  const float alpha = 1.f, beta = 0.f;
+  for (int m : ms) {
+    const int split = choose_split(m, n, k);
+    std::vector<float> t_cb;
+    for (int it = -3; it < iters; ++it) {
+      const int c = (it + 3) % cw;
+      CK(cudaEventRecord(e0));
+      // Row-major C[m][n] = A[m][k] W[k][n] is column-major C^T (n x m) = W^T (n x k, ld n) A^T (k x m, ld k).
+      CKB(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, d_W + (size_t)c * k * n, CUDA_R_16F, n,
+                       d_A, CUDA_R_16F, k, &beta, d_Ch, CUDA_R_16F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      float ms_ = 0.f;
+      CK(cudaEventElapsedTime(&ms_, e0, e1));
+      if (it >= 0) t_cb.push_back(ms_ * 1e3f);
+    }
+    const float tc = median(t_cb);
+    // cuBLAS's output on copy 0 stays in d_Ch for the cross-checks below.
+    CKB(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, d_W, CUDA_R_16F, n, d_A, CUDA_R_16F, k, &beta,
+                     d_Ch, CUDA_R_16F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    const double fl = 2.0 * m * (double)k * n;
+    auto cross_check = [&](auto launch) {
+      launch();
+      CK(cudaMemset(d_max, 0, 4));
+      CK(cudaMemset(d_ss, 0, 8));
+      compare_kernel<<<1024, 256>>>(d_C, d_Ch, (int64_t)m * n, d_max, d_ss);
+      unsigned int mx_bits;
+      double ss;
+      CK(cudaMemcpy(&mx_bits, d_max, 4, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(&ss, d_ss, 8, cudaMemcpyDeviceToHost));
+      float mx;
+      std::memcpy(&mx, &mx_bits, 4);
+      return mx / std::sqrt(ss / ((double)m * n));
+    };
+    // P = 1 only (P = 2, 3 are slower everywhere on the H200; they stay built and checked).
+    constexpr int P = 1;
+    constexpr int kNV = 8;
+    const int order[kNV] = {kFull, kFullTma, kMmaOnly, kMmaTma, kMmaSync, kMmaSpin, kDecodeOnly, kEpilogue};
+    float t[kNV];
+    t[kFull] = time_ours<P, kFull>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
+    t[kFullTma] = time_ours<P, kFullTma>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
+    t[kMmaOnly] = time_ours<P, kMmaOnly>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
+    t[kMmaTma] = time_ours<P, kMmaTma>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
+    t[kMmaSync] = time_ours<P, kMmaSync>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
+    t[kMmaSpin] = time_ours<P, kMmaSpin>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
+    t[kDecodeOnly] = time_ours<P, kDecodeOnly>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
+    t[kEpilogue] = time_ours<P, kEpilogue>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
+    // Cross-checks on copy 0: ours (fp32) vs cuBLAS (fp16 output, so ~1e-3 relative rounding is expected).
+    const double rel = cross_check([&] { launch_ours<CB, K2, P, kFull>(d_A, d_T, d_C, m, n, k, split); });
+    const double rel_tma = cross_check([&] { launch_ours<CB, K2, P, kFullTma>(d_A, d_T, d_C, m, n, k, split); });
+    const int blocks = ((m + kBM - 1) / kBM) * (n / kBN) * split, stages = k / kBK;
+    // Per-stage time of one SM: time / (block-stages per SM), block-stages = blocks x stages / split. "net"
+    // subtracts the epilogue variant's time (launch, memset, stores) first: the main loop alone.
+    const double bs_per_sm = (double)blocks * ((stages + split - 1) / split) / g_sms;
+    std::printf("time k=%d n=%d m=%5d split=%d P=1 (us | us/stage | net us/stage; MMA peak 0.57 at m >= 256):\n", k, n,
+                m, split);
+    for (int v : order)
+      std::printf("    %-12s %8.1f us  %5.2f  %5.2f\n", variant_name(v), t[v], t[v] / bs_per_sm,
+                  (t[v] - t[kEpilogue]) / bs_per_sm);
+    std::printf("    %-12s %8.1f us  (%6.1f TFLOP/s; full %6.1f, full-tma %6.1f TFLOP/s)  full/cuBLAS %.2f  "
+                "full-tma/cuBLAS %.2f  [vs cuBLAS max_rel: full %.1e, full-tma %.1e]\n", "cuBLAS fp16", tc,
+                fl / (tc * 1e-6) / 1e12, fl / (t[kFull] * 1e-6) / 1e12, fl / (t[kFullTma] * 1e-6) / 1e12,
+                t[kFull] / tc, t[kFullTma] / tc, rel, rel_tma);
+    for (int v : order)
+      out.push_back({k, n, m, split, P, v, t[v], tc, v == kFull ? rel : (v == kFullTma ? rel_tma : -1.0),
+                     t[v] / bs_per_sm, (t[v] - t[kEpilogue]) / bs_per_sm});
+  }
+  CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
+  CK(cudaFree(d_T)); CK(cudaFree(d_W)); CK(cudaFree(d_A)); CK(cudaFree(d_C)); CK(cudaFree(d_Ch));
+  CK(cudaFree(d_max)); CK(cudaFree(d_ss));
+}
+
+int main(int argc, char** argv) {
+  const bool do_check = argc < 2 || std::strcmp(argv[1], "time") != 0;
+  const bool do_time = argc < 2 || std::strcmp(argv[1], "check") != 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major != 9) {
+    std::fprintf(stderr, "wgmma_gemm_proto: needs an sm_90 GPU\n");
+    return 2;
+  }
+  g_sms = prop.multiProcessorCount;
+  CK(cudaSetDeviceFlags(cudaDeviceMapHost));
+  CK(cudaHostAlloc(&g_diag, sizeof(Diag), cudaHostAllocMapped));
+  std::memset(g_diag, 0, sizeof(Diag));
+  CK(cudaHostGetDevicePointer(&g_diag_dev, g_diag, 0));
+  std::printf("device %s, %d SMs, smem per block %d (K=4) of opt-in max %zu\n", prop.name, g_sms, smem_bytes(8),
+              (size_t)prop.sharedMemPerBlockOptin);
+  bool all_pass = true;
+  if (do_check) {
+    auto checks_p = [&](auto p_c) {
+      constexpr int P = decltype(p_c)::value;
+      // mcg K = 4 (the must-have), split 1 and the split the timing heuristic would choose / a forced split.
+      all_pass &= check_case<1, 8, P>(128, 256, 256, 1, 1);
+      all_pass &= check_case<1, 8, P>(64, 128, 128, 1, 2);      // one m64 half, two stages
+      all_pass &= check_case<1, 8, P>(200, 4096, 1024, 1, 3);   // m not a multiple of BM (WG1 has one m64 half)
+      all_pass &= check_case<1, 8, P>(200, 4096, 1024, 4, 4);   // split-k, red.add
+      all_pass &= check_case<1, 8, P>(256, 4096, 11008, 1, 5);
+      all_pass &= check_case<1, 8, P>(256, 4096, 11008, choose_split(256, 11008, 4096), 6);
+      all_pass &= check_case<1, 8, P>(600, 1024, 512, 3, 7);    // several block rows, ragged
+      // Other codebooks / bit widths (compile + run coverage).
+      all_pass &= check_case<0, 8, P>(200, 1024, 512, 1, 8);   // 3inst K=4
+      all_pass &= check_case<2, 8, P>(200, 1024, 512, 1, 9);   // mul1 K=4
+      all_pass &= check_case<1, 4, P>(200, 1024, 512, 2, 10);  // mcg K=2
+      all_pass &= check_case<1, 5, P>(200, 1024, 512, 1, 11);  // mcg K=2.5 (half rate)
+      all_pass &= check_case<1, 16, P>(200, 1024, 512, 1, 12); // mcg K=8
+    };
+    checks_p(std::integral_constant<int, 1>{});
+    checks_p(std::integral_constant<int, 2>{});
+    checks_p(std::integral_constant<int, 3>{});
+    // full-tma (P = 1): the same 12 cases (A by TMA: box, swizzle, zero-filled rows >= m, split-k offsets).
+    all_pass &= check_case<1, 8, 1, kFullTma>(128, 256, 256, 1, 1);
+    all_pass &= check_case<1, 8, 1, kFullTma>(64, 128, 128, 1, 2);
+    all_pass &= check_case<1, 8, 1, kFullTma>(200, 4096, 1024, 1, 3);
+    all_pass &= check_case<1, 8, 1, kFullTma>(200, 4096, 1024, 4, 4);
+    all_pass &= check_case<1, 8, 1, kFullTma>(256, 4096, 11008, 1, 5);
+    all_pass &= check_case<1, 8, 1, kFullTma>(256, 4096, 11008, choose_split(256, 11008, 4096), 6);
+    all_pass &= check_case<1, 8, 1, kFullTma>(600, 1024, 512, 3, 7);
+    all_pass &= check_case<0, 8, 1, kFullTma>(200, 1024, 512, 1, 8);
+    all_pass &= check_case<2, 8, 1, kFullTma>(200, 1024, 512, 1, 9);
+    all_pass &= check_case<1, 4, 1, kFullTma>(200, 1024, 512, 2, 10);
+    all_pass &= check_case<1, 5, 1, kFullTma>(200, 1024, 512, 1, 11);
+    all_pass &= check_case<1, 16, 1, kFullTma>(200, 1024, 512, 1, 12);
+  }
+  std::vector<TimeResult> res;
+  if (do_time) {
+    cublasHandle_t handle;
+    CKB(cublasCreate(&handle));
+    const std::vector<int> ms = {128, 256, 512, 1024, 2048, 4096};
+    time_shape(4096, 11008, ms, handle, res);
+    time_shape(17408, 5120, ms, handle, res);
+    CKB(cublasDestroy(handle));
+    for (const auto& r : res)
+      std::printf("{\"kind\": \"time\", \"cb\": \"mcg\", \"K\": 4, \"P\": %d, \"variant\": \"%s\", \"k\": %d, "
+                  "\"n\": %d, \"m\": %d, \"split\": %d, \"ours_us\": %.2f, \"cublas_fp16_us\": %.2f, "
+                  "\"ours_tflops\": %.1f, \"cublas_tflops\": %.1f, \"ratio\": %.3f, \"vs_cublas_max_rel\": %.2e, \"us_stage\": %.3f, \"net_us_stage\": %.3f}\n",
+                  r.P, variant_name(r.variant), r.k, r.n, r.m, r.split, r.ours_us, r.cublas_us,
+                  2.0 * r.m * r.k * (double)r.n / (r.ours_us * 1e6), 2.0 * r.m * r.k * (double)r.n / (r.cublas_us * 1e6),
+                  r.ours_us / r.cublas_us, r.check_rel, r.us_stage, r.net_us_stage);
+  }
+  std::printf("{\"kind\": \"summary\", \"all_checks_pass\": %s}\n", all_pass ? "true" : "false");
+  return all_pass ? 0 : 1;
+}
