@@ -11,8 +11,16 @@ import bench_gemm  # noqa: E402
 
 
 def test_bucket_key_picks_m_own_bucket_not_the_first_primed():
-    # the order the autotuner fills its cache on the first call at m = 256: primed buckets 128, 64, ... first
-    plans = {("shape", b, "bf16", "cuda:0", False): f"plan{b}" for b in (128, 64, 32, 16, 8, 4, 2, 1, 256)}
+    # the order the autotuner fills its cache on the first call at m = 256: primed buckets 128, 64, ... first; keys
+    # built by the autotuner's own key function, so a change of its layout shows up here
+    import torch
+
+    from exl3_kernels import autotune
+    from exl3_kernels.plan import LayerShape
+
+    shape = LayerShape(k=4096, ns=(11008,), k2s=(8,), codebook=1)
+    plans = {autotune._key(shape, b, torch.bfloat16, torch.device("cuda", 0), False): f"plan{b}"
+             for b in (128, 64, 32, 16, 8, 4, 2, 1, 256)}
     assert bench_gemm.bucket_key(plans, 256)[1] == 256
     assert bench_gemm.bucket_key(plans, 200)[1] == 256  # m = 200 is in the 256 bucket
     assert bench_gemm.bucket_key(plans, 1)[1] == 1
