@@ -23,15 +23,20 @@ def end_bit(j: int, k2: int) -> int:
     return (j + 1) * kf + ((j + 1) // 2 if k2 % 2 else 0)
 
 
+def lane_window(t: int, k2: int) -> tuple[int, int]:
+    """LaneWindow<K2>::make(t): (first word index a, funnel shift r) of lane t's window."""
+    s0 = t * 4 * k2 + k2 // 2 - 16
+    if s0 < 0:
+        s0 += 128 * k2
+    return s0 >> 5, s0 & 31
+
+
 def lane_states(words: np.ndarray, k2: int) -> np.ndarray:
     """States of all 256 positions of one tile as the kernel computes them (words: uint32[4 * k2])."""
-    n_words, n_bits, kf = 4 * k2, 128 * k2, k2 // 2
+    n_words = 4 * k2
     out = np.zeros(256, dtype=np.int64)
     for t in range(32):
-        s0 = t * 4 * k2 + kf - 16
-        if s0 < 0:
-            s0 += n_bits
-        a, r = s0 >> 5, s0 & 31
+        a, r = lane_window(t, k2)
         w = [int(words[(a + i) % n_words]) for i in range(3)]
         window = (((w[0] << 64) | (w[1] << 32) | w[2]) << r) & ((1 << 96) - 1)
         for j in range(8):
@@ -64,14 +69,11 @@ def lane_states_const_shift(words: np.ndarray, k2: int) -> np.ndarray:
     without normalising; the third word only where TrellisBits::kUsesWord2 (it is passed as 0 otherwise)."""
     R = const_shift(k2)
     uses_w2 = R + end_bit(7, k2) - end_bit(0, k2) + 16 > 64
-    n_words, n_bits, kf = 4 * k2, 128 * k2, k2 // 2
+    n_words = 4 * k2
     out = np.zeros(256, dtype=np.int64)
     for t in range(32):
-        s0 = t * 4 * k2 + kf - 16
-        if s0 < 0:
-            s0 += n_bits
-        a = s0 >> 5
-        assert s0 & 31 == R, (k2, t)  # every lane's runtime shift is the compile-time constant
+        a, r = lane_window(t, k2)
+        assert r == R, (k2, t)  # every lane's runtime shift is the compile-time constant
         w = [int(words[(a + i) % n_words]) for i in range(3)]
         if not uses_w2:
             w[2] = 0
@@ -101,5 +103,5 @@ def test_constant_shift_only_where_every_lane_agrees():
     """kConstShift is exactly the set of K where s0 % 32 is the same for all 32 lanes."""
     for K in ALL_K:
         k2 = int(round(2 * K))
-        shifts = {((t * 4 * k2 + k2 // 2 - 16) % (128 * k2)) & 31 for t in range(32)}
+        shifts = {lane_window(t, k2)[1] for t in range(32)}
         assert (len(shifts) == 1) == (const_shift(k2) is not None), K
