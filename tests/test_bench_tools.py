@@ -47,3 +47,22 @@ def test_report_ab_rows_and_ratio(tmp_path):
     row = [line for line in out.read_text().splitlines() if line.startswith("| 4096x11008")]
     assert row == ["| 4096x11008 | 4 | 1 | 20.0 (bm=16,split=6) | 19.0 (bm=16,split=6) | 25.0 | 0.950 |"]
     assert set(json.loads(out.with_suffix(".json").read_text())) == {"main", "new"}
+
+
+def test_replay_gap_pins_each_plan(monkeypatch):
+    """bench/replay_gap.py pins a plan string as Plan.__str__ writes it, and the autotuner's pins read it back."""
+    import os
+
+    import replay_gap
+
+    from exl3_kernels import autotune
+    from exl3_kernels.plan import Plan
+
+    for v in replay_gap.PIN_VARS:
+        monkeypatch.delenv(v, raising=False)
+    for plan in (Plan("gemm", 128, 5), Plan("gemm", 16, 6, lohi=True), Plan("reconstruct_n")):
+        replay_gap.pin(str(plan), pdl=False)
+        assert os.environ["CUDA_EXL3_PDL"] == "0"
+        assert autotune._apply_pins(Plan("reconstruct"), (16,)) == plan
+    for v in replay_gap.PIN_VARS:  # pin() wrote os.environ directly
+        os.environ.pop(v, None)
