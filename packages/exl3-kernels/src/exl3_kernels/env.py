@@ -6,7 +6,7 @@ library is not). Errors about a bad value name the spelling that was actually re
 
 | variable | meaning | default |
 |---|---|---|
-| CUDA_EXL3_PATH | force the path: ``gemm`` (trellis GEMM), ``reconstruct`` (dense W + cuBLAS), ``reconstruct_act`` (dense Ŵ + cuBLAS, Hadamards on the activations) or ``reconstruct_n`` (output Hadamard folded into the dense weight, input Hadamard on the activations) | unset: planner |
+| CUDA_EXL3_PATH | force the path: ``gemm`` (trellis GEMM), ``reconstruct`` (dense W + cuBLAS), ``reconstruct_act`` (dense Ŵ + cuBLAS, Hadamards on the activations), ``reconstruct_n`` (output Hadamard folded into the dense weight, input Hadamard on the activations) or ``wgmma`` (the Hopper wgmma trellis GEMM, BM 256; compute capability 9.0 and a build with 9.0 only) | unset: planner |
 | CUDA_EXL3_BM | force the GEMM row tile BM (16, 32, 64, 128) | unset: planner |
 | CUDA_EXL3_SPLIT | force the split-k factor (1 = no split) | unset: planner |
 | CUDA_EXL3_LOHI | 1: use the GEMM's lohi variant wherever the plan has an instance of it (gemm path, BM 16, 3inst / mcg: the tensor core adds the two halves of each decoded weight); 0: never | unset: planner |
