@@ -188,7 +188,7 @@ def _with_sm90a_object(base, nvcc: str, flags: list[str]):
         def build_extension(self, ext):
             obj = Path(self.build_temp).resolve() / "gemm_sm90" / "wgmma_gemm.o"
             stamp = obj.with_suffix(".flags")
-            key = hashlib.sha256(" ".join([nvcc, *flags]).encode()).hexdigest()
+            key = hashlib.sha256(" ".join([nvcc, *flags, os.environ.get("NVCC_APPEND_FLAGS", "")]).encode()).hexdigest()
             newest = max(f.stat().st_mtime for f in CSRC.rglob("*") if f.is_file())
             fresh = (obj.exists() and stamp.exists() and stamp.read_text() == key
                      and obj.stat().st_mtime >= newest)

@@ -28,8 +28,8 @@
 //                      the row (K-major B, wgmma imm-trans-b = 0).
 //   [192 KB, +64)      mbarriers full[4], empty[4]; K2-independent offset, so the consumer code has one copy for all K.
 //   [192 KB + 128, ..) raw trellis ring: 4 stages of 4 x 8 tiles x 16 K2 bytes, copied verbatim by cp.async.
-//   Total 213 KB at K = 4, 225 KB at K = 8 (the opt-in limit is 227 KB); the launch sizes it for the largest K of
-//   the layer's shards.
+//   Total 209 KiB at K = 4, 225 KiB at K = 8 (+ 1 KiB alignment slack; the sm_90 opt-in limit is 227 KiB); the
+//   launch sizes it for the largest K of the layer's shards.
 //   Descriptors: start = slot + (m64 half) * 8 KB + kk * 32 bytes (the k16 step moves 2 chunks inside the swizzle
 //   atom; the hardware applies the XOR after adding it), LBO 16 (unused for swizzled K-major), SBO 1024, swizzle mode
 //   1 (128 B), base offset 0.
@@ -98,6 +98,12 @@
 // Codebooks compiled into this TU, bit cb (setup.py: all three, or the CI set of the reduced build).
 #ifndef EXL3_WGMMA_CB_MASK
 #define EXL3_WGMMA_CB_MASK 0x7
+#endif
+// Producer order: 1 = decode up to 3 stages ahead of the MMA (d8615a1, built, never run on a GPU); 0 = the order of
+// a1ddb41 (passed its 12 checks on the H200), the fallback if the first run of 1 fails (NVCC_APPEND_FLAGS=
+// -DEXL3_WGMMA_DECODE_AHEAD=0 with its own build_ext -t directory).
+#ifndef EXL3_WGMMA_DECODE_AHEAD
+#define EXL3_WGMMA_DECODE_AHEAD 1
 #endif
 // Bound of every mbarrier wait in ns; 0 = unbounded.
 #ifndef EXL3_WGMMA_WAIT_TIMEOUT_NS
@@ -332,6 +338,7 @@ __device__ __forceinline__ void producer(const WgmmaParams& wp, const GemmShard&
 
   // Prologue. The trellis goes first: no earlier kernel writes it, so under programmatic dependent launch it is fetched
   // while the input transform still runs; xh (A) only after griddepcontrol.wait (contract: ops.cpp, gemm).
+#if EXL3_WGMMA_DECODE_AHEAD
 #pragma unroll
   for (int s = 0; s < kAheadT; ++s) {
     if (s < ns) issue_raw(s);
@@ -357,6 +364,34 @@ __device__ __forceinline__ void producer(const WgmmaParams& wp, const GemmShard&
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     mbar_arrive(full0 + 8 * slot);
   }
+#else
+  // The order of the prototype at a1ddb41 (full-tma, 12 checks passed on the H200): at stage s, wait empty(s - 2),
+  // then A (TMA) and raw trellis of stage s + 2, then decode s. One stage of decode slack instead of three.
+  constexpr int kAhead2 = 2;
+#pragma unroll
+  for (int s = 0; s < kAhead2; ++s) {
+    if (s < ns) issue_raw(s);
+    cp_commit_m();
+  }
+  pdl_wait();
+  if (pt == 0)
+    for (int s = 0; s < min(ns, kAhead2); ++s) issue_a(s);
+  for (int s = 0; s < ns; ++s) {
+    const int sl = s + kAhead2;
+    if (sl < ns) {
+      const int u = sl - kStages;
+      if (u >= 0) mbar_wait(empty0 + 8 * (u % kStages), (u / kStages) & 1);
+      if (pt == 0) issue_a(sl);
+      issue_raw(sl);
+    }
+    cp_commit_m();
+    cp_wait_m<kAhead2>();  // this thread's raw copies of stage s landed
+    __syncwarp();
+    decode_stage(s);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    mbar_arrive(full0 + 8 * (s % kStages));
+  }
+#endif
   cp_wait_m<0>();
 }
 
