@@ -257,7 +257,7 @@ def test_cost_model_never_picks_wgmma():
 
 def test_wgmma_path_pin(monkeypatch):
     """CUDA_EXL3_PATH=wgmma: BM 256, lohi off, the plan's split kept (or CUDA_EXL3_SPLIT), CUDA_EXL3_BM ignored;
-    CUDA_EXL3_PATH=gemm over a tuned wgmma plan takes the largest mma.sync tier."""
+    CUDA_EXL3_PATH=gemm over a tuned wgmma plan takes the largest mma.sync tier of the build."""
     from exl3_kernels import autotune
 
     for v in ("PATH", "BM", "SPLIT", "LOHI"):
@@ -271,6 +271,8 @@ def test_wgmma_path_pin(monkeypatch):
     monkeypatch.setenv("CUDA_EXL3_PATH", "gemm")
     monkeypatch.delenv("CUDA_EXL3_BM")
     assert autotune._apply_pins(Plan("wgmma", 256, 3)) == Plan("gemm", 128, 2)
+    # the largest tier of the build, e.g. the CI's reduced build with BM 16 and 64 only
+    assert autotune._apply_pins(Plan("wgmma", 256, 3), (), (16, 64)) == Plan("gemm", 64, 2)
     monkeypatch.setenv("CUDA_EXL3_BM", "32")
     assert autotune._apply_pins(Plan("wgmma", 256, 3)) == Plan("gemm", 32, 2)
 
@@ -330,3 +332,20 @@ def test_wgmma_not_usable_off_gpu():
 
     assert _ops.wgmma_usable("cpu", 1) is False
     assert _ops.wgmma_built() in (True, False)
+
+
+def test_wgmma_candidates_are_opt_in(monkeypatch):
+    """The autotuner is offered the wgmma GEMM only with CUDA_EXL3_WGMMA=1, and then only where it is usable."""
+    import torch
+
+    from exl3_kernels import _ops, linear
+
+    monkeypatch.setattr(_ops, "wgmma_usable", lambda device, cb: cb == 1)
+    monkeypatch.delenv("CUDA_EXL3_WGMMA", raising=False)
+    dev = torch.device("cuda", 0)
+    assert not linear.wgmma_offered(dev, 1)
+    monkeypatch.setenv("CUDA_EXL3_WGMMA", "1")
+    assert linear.wgmma_offered(dev, 1)
+    assert not linear.wgmma_offered(dev, 2)
+    monkeypatch.setenv("CUDA_EXL3_WGMMA", "0")
+    assert not linear.wgmma_offered(dev, 1)

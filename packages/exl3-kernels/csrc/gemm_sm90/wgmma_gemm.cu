@@ -48,7 +48,8 @@
 //   at full / empty); issue raw(s + 3) into the slot of stage s - 1, which every lane finished reading before the
 //   __syncwarp; decode s; fence; arrive full. So the decoders may run up to 3 stages ahead of the consumers.
 //   Consumers keep one wgmma group in flight and release stage s - 1 after wgmma.wait_group 1 at stage s.
-//   Every wait is bounded (EXL3_WGMMA_WAIT_TIMEOUT_NS, 10 s by default): a protocol bug traps (an error on the
+//   Every wait is bounded (EXL3_WGMMA_WAIT_TIMEOUT_NS, 60 s by default: long enough for compute-sanitizer and
+//   GPU sharing): a protocol bug traps (an error on the
 //   stream) instead of hanging the GPU. No printf in the kernel: a call reachable from the consumer's wgmma window
 //   makes ptxas serialize every wgmma (C7510, seen in the prototype).
 //
@@ -107,7 +108,7 @@
 #endif
 // Bound of every mbarrier wait in ns; 0 = unbounded.
 #ifndef EXL3_WGMMA_WAIT_TIMEOUT_NS
-#define EXL3_WGMMA_WAIT_TIMEOUT_NS 10000000000ull
+#define EXL3_WGMMA_WAIT_TIMEOUT_NS 60000000000ull
 #endif
 
 namespace exl3 {

@@ -217,7 +217,12 @@ def wgmma_usable(device: torch.device | str, codebook: int) -> bool:
     if device.type != "cuda" or not wgmma_built(codebook):
         return False
     index = device.index if device.index is not None else torch.cuda.current_device()
-    return tuple(torch.cuda.get_device_capability(index)) == (9, 0)
+    if index not in _cc90:  # per forward of every layer: query the capability once per device
+        _cc90[index] = tuple(torch.cuda.get_device_capability(index)) == (9, 0)
+    return _cc90[index]
+
+
+_cc90: dict[int, bool] = {}
 
 
 def output_transform(acc: torch.Tensor, svh: list[torch.Tensor], bias: torch.Tensor | None, m: int,

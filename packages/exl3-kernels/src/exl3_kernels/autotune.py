@@ -70,11 +70,11 @@ def sm_count(device: torch.device) -> int:
     return _sm_count[i]
 
 
-def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = ()) -> Plan:
+def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...] = BM_TIERS) -> Plan:
     """The plan with the env pins applied. CUDA_EXL3_LOHI=1 turns the lohi variant on wherever this layer has an
     instance for the (pinned) plan (the gemm path at a BM in ``lohi_bm``: BM16, 3inst / mcg), =0 off everywhere.
     CUDA_EXL3_PATH=wgmma keeps the plan's split with BM 256 (CUDA_EXL3_BM does not apply to it); pinning gemm over
-    a tuned wgmma plan takes the largest BM tier."""
+    a tuned wgmma plan takes the largest BM tier of the build (``built_bm``)."""
     path, bm, split = env.get("PATH"), env.get_int("BM"), env.get_int("SPLIT")
     lohi = env.get("LOHI")
     if path:
@@ -83,7 +83,7 @@ def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = ()) -> Plan:
         if path == "wgmma":
             p = replace(p, path=path, bm=WGMMA_BM, lohi=False)
         elif path == "gemm" and p.path == "wgmma":
-            p = replace(p, path=path, bm=max(BM_TIERS))
+            p = replace(p, path=path, bm=max(built_bm))
         else:
             p = replace(p, path=path)
     if bm is not None and p.path != "wgmma":
@@ -160,7 +160,7 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
             _log.debug("exl3 autotune %s m=%d: %s; finalists %s -> %s", shape, m,
                        ", ".join(f"{c} {1000.0 * t:.1f} us" for c, t in sorted(first.items(), key=lambda kv: kv[1])),
                        ", ".join(f"{c} {1000.0 * final[c]:.1f} us" for c in finalists), plan)
-    return _apply_pins(plan, lohi_bm)
+    return _apply_pins(plan, lohi_bm, built_bm)
 
 
 def prime_smaller_buckets(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _ops, autotune, workspace
+from . import _ops, autotune, env, workspace
 from .plan import BM_TIERS, LayerShape, Plan
 
 CODEBOOK_IDS = {"3inst": 0, "mcg": 1, "mul1": 2}
@@ -224,7 +224,7 @@ def _linear_cuda(x, trellis, suh, svh, bias, codebook: int) -> torch.Tensor:
     shape = layer_shape(trellis, codebook)
     built = tuple(sorted({bm for cb, bm in _ops.built_instances() if cb == codebook})) or BM_TIERS
     lohi_bm = tuple(sorted({bm for cb, bm in _ops.built_instances(lohi=True) if cb == codebook}))
-    wgmma = _ops.wgmma_usable(x2.device, codebook)
+    wgmma = wgmma_offered(x2.device, codebook)
     if not autotune.is_cached(shape, m, x2.dtype, x2.device):  # first call in this bucket: tune the smaller ones too
         autotune.prime_smaller_buckets(shape, m, x2.dtype, x2.device, workspace.splitk_capacity(), built,
                                        lambda p, rows: _run_plan(p, x2[:rows], trellis, suh, svh, bias32, codebook),
@@ -264,6 +264,13 @@ def _register() -> None:
 
 
 _register()
+
+
+def wgmma_offered(device: torch.device, codebook: int) -> bool:
+    """Whether the autotuner may time the wgmma GEMM for this layer: opt-in with CUDA_EXL3_WGMMA=1 (default off until
+    the path has passed its GPU tests, branch gemm-wgmma-op) and usable on ``device`` (built for ``codebook``, compute
+    capability 9.0). The pin CUDA_EXL3_PATH=wgmma does not depend on it."""
+    return env.get_bool("WGMMA", False) and _ops.wgmma_usable(device, codebook)
 
 
 def exl3_linear(x: torch.Tensor, layer: Exl3Layer) -> torch.Tensor:

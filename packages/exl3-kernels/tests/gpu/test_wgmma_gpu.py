@@ -131,7 +131,9 @@ def test_wgmma_pdl_changes_nothing(split, monkeypatch):
     the grid is made large enough (>= one block per SM) for PDL to be used."""
     cb = _cb_with(8)
     trellis, suh, svh, _ = random_layer(1024, [8192], [8], seed=37)
-    x = torch.randn(300, 1024, device="cuda", dtype=torch.float16)
+    # m = 600: 64 x 3 = 192 blocks at split 1, above the 132 SMs of an H200, so PDL is really used (ops.cpp launches
+    # grids smaller than the SM count without it)
+    x = torch.randn(600, 1024, device="cuda", dtype=torch.float16)
     out = {}
     for pdl in ("1", "0"):
         monkeypatch.setenv("CUDA_EXL3_PDL", pdl)
@@ -172,6 +174,7 @@ def test_wgmma_layer_pin_and_autotune(dtype, monkeypatch):
     monkeypatch.delenv("CUDA_EXL3_PATH")
     monkeypatch.delenv("CUDA_EXL3_SPLIT")
     monkeypatch.delenv("CUDA_EXL3_AUTOTUNE")
+    monkeypatch.setenv("CUDA_EXL3_WGMMA", "1")  # the candidates are opt-in
     autotune.clear()
     x = torch.randn(256, 2048, device="cuda", dtype=dtype)
     y = exl3_linear(x, layer)
