@@ -26,7 +26,7 @@ def main() -> int:
     bias = torch.randn(sum(ns)).cuda()
     name = ["3inst", "mcg", "mul1"][cb]
     worst = 0.0
-    for m in (1, 20):
+    for m in (1, 20, 300):
         x = torch.randn(m, k, dtype=torch.bfloat16).cuda()
         ref = torch.cat([reference.linear_forward(x, t, su, sv, name, out_dtype=torch.float32)
                          for t, su, sv in zip(trellis, suh, svh)], -1) + bias
@@ -45,6 +45,13 @@ def main() -> int:
                 e = ((y.float() - ref).norm() / ref.norm()).item()
                 worst = max(worst, e)
                 print(f"gemm lohi m={m} bm=16 split={split}: rel err {e:.2e}")
+        if _ops.wgmma_usable(x.device, cb):  # the Hopper wgmma GEMM (sm_90a, BM 256: rows >= m zero-filled by TMA)
+            for split in (1, 2):
+                acc = workspace.splitk_acc(x.device) if split > 1 else xh
+                y = _ops.gemm_wgmma(xh, trellis, svh, bias, cb, split, acc, torch.bfloat16)
+                e = ((y.float() - ref).norm() / ref.norm()).item()
+                worst = max(worst, e)
+                print(f"gemm_wgmma m={m} split={split}: rel err {e:.2e}")
         w = _ops.reconstruct(trellis, suh, svh, cb, dtype=torch.bfloat16)
         e = (((x @ w).float() + bias - ref).norm() / ref.norm()).item()
         print(f"reconstruct m={m}: rel err {e:.2e}")

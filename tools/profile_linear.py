@@ -68,6 +68,13 @@ def main():
                     continue
                 t = graph_time_us([lambda L=L: _ops.gemm(xh, L.trellis, L.svh, None, a.cb, bm, split, acc, x.dtype) for L in Ls])
                 rows.append(f"  gemm bm={bm} split={split}: {t:.1f} us")
+        if hasattr(_ops, "wgmma_usable") and _ops.wgmma_usable(x.device, a.cb):  # the Hopper wgmma GEMM (BM 256)
+            for split in (1, 2, 3, 4, 8):
+                if split > 1 and m * a.n > workspace.splitk_capacity():
+                    continue
+                t = graph_time_us([lambda L=L: _ops.gemm_wgmma(xh, L.trellis, L.svh, None, a.cb, split, acc, x.dtype)
+                                   for L in Ls])
+                rows.append(f"  wgmma split={split}: {t:.1f} us")
         lohi_bms = ([b for c, b in _ops.built_instances(lohi=True) if c == a.cb]
                     if "lohi" in _ops.built_instances.__code__.co_varnames else [])  # from gemm-lohi on
         if lohi_bms:

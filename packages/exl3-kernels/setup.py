@@ -10,6 +10,12 @@ Environment (read at build time):
 - CUDA_EXL3_REQUIRE_EXTENSION=1: fail when nvcc is missing instead of installing the pure-torch parts only.
 - MAX_JOBS: parallel nvcc jobs (ninja).
 - CUDA_EXL3_PTXAS_VERBOSE=1: print registers / spills per kernel.
+
+The Hopper wgmma GEMM (csrc/gemm_sm90/wgmma_gemm.cu) needs the arch-specific target sm_90a, which no other
+translation unit uses: when TORCH_CUDA_ARCH_LIST contains 9.0 it is compiled by its own nvcc call with
+`-gencode=arch=compute_90a,code=sm_90a` (run in parallel with the ninja build of the rest, linked as an extra
+object); otherwise csrc/gemm_sm90/wgmma_stub.cpp reports it as not built. The reduced (CI) set builds it for the
+reduced codebooks (about 10 s of one core for all three codebooks).
 """
 from __future__ import annotations
 
@@ -100,10 +106,28 @@ def _find_cuda_home() -> str | None:
     return None
 
 
-def _gencode_flags() -> list[str]:
+def _arch_list() -> list[str]:
     archs = os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0;12.0").replace(",", ";").replace(" ", ";")
+    return [a for a in archs.split(";") if a]
+
+
+def _wgmma_wanted() -> bool:
+    """Whether the build targets sm_90 (9.0 or 9.0+PTX in the arch list): then the sm_90a wgmma TU is compiled."""
+    return any(a.removesuffix("+PTX") == "9.0" for a in _arch_list())
+
+
+def _wgmma_cb_mask() -> int:
+    cbs = REDUCED["codebooks"] if _env("CUDA_EXL3_INSTANTIATIONS", "full") == "reduced" else CODEBOOKS
+    return sum(1 << cb for cb in cbs)
+
+
+WGMMA_SRC = "csrc/gemm_sm90/wgmma_gemm.cu"
+WGMMA_STUB = "csrc/gemm_sm90/wgmma_stub.cpp"
+
+
+def _gencode_flags() -> list[str]:
     flags = []
-    for a in filter(None, archs.split(";")):
+    for a in _arch_list():
         ptx = a.endswith("+PTX")
         a = a.removesuffix("+PTX")
         num = a.replace(".", "")
@@ -126,22 +150,74 @@ def extensions():
     from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 
     gen_sources, mask = generate()
+    wgmma = _wgmma_wanted()
     sources = ["csrc/bindings/ops.cpp", "csrc/gemm/launch.cu", "csrc/transform/input.cu",
                "csrc/reconstruct/reconstruct.cu", "csrc/reconstruct/reconstruct_t.cu",
-               "csrc/reconstruct/reconstruct_n.cu", *gen_sources]
-    nvcc = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo", f"-DEXL3_K2_MASK={mask:#x}u",
-            *_gencode_flags()]
+               "csrc/reconstruct/reconstruct_n.cu", *gen_sources, *([] if wgmma else [WGMMA_STUB])]
+    common = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo", f"-DEXL3_K2_MASK={mask:#x}u"]
+    nvcc = [*common, *_gencode_flags()]
     if _env("CUDA_EXL3_PTXAS_VERBOSE") == "1":
         nvcc.append("-Xptxas=-v")
     cxx = ["-O3", "-std=c++17", f"-DEXL3_K2_MASK={mask:#x}u"]
+    include_dirs = [str(CSRC / "include"), str(CSRC)]
     ext = CUDAExtension(
         name="exl3_kernels._C",
         sources=sources,
-        include_dirs=[str(CSRC / "include"), str(CSRC)],
+        include_dirs=include_dirs,
         extra_compile_args={"cxx": cxx, "nvcc": nvcc},
         py_limited_api=True,
     )
-    return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
+    base = BuildExtension.with_options(use_ninja=True)
+    if not wgmma:
+        return [ext], {"build_ext": base}
+    sm90a = [*common, f"-DEXL3_WGMMA_CB_MASK={_wgmma_cb_mask():#x}", "-gencode=arch=compute_90a,code=sm_90a",
+             "-Xcompiler", "-fPIC", *(f"-I{d}" for d in include_dirs)]
+    if _env("CUDA_EXL3_PTXAS_VERBOSE") == "1":
+        sm90a.append("-Xptxas=-v")
+    return [ext], {"build_ext": _with_sm90a_object(base, str(Path(cuda_home, "bin", "nvcc")), sm90a)}
+
+
+def _with_sm90a_object(base, nvcc: str, flags: list[str]):
+    """build_ext that compiles the sm_90a wgmma TU with its own nvcc call (torch's CUDAExtension applies one set of
+    -gencode flags to every .cu) while ninja builds the rest, and links the object into the same library. Rebuilt
+    when any file under csrc/ or the flags changed since the object was written."""
+    import hashlib
+    import subprocess
+
+    class BuildWithSm90a(base):
+        def build_extension(self, ext):
+            obj = Path(self.build_temp).resolve() / "gemm_sm90" / "wgmma_gemm.o"
+            stamp = obj.with_suffix(".flags")
+            key = hashlib.sha256(" ".join([nvcc, *flags, os.environ.get("NVCC_APPEND_FLAGS", "")]).encode()).hexdigest()
+            newest = max(f.stat().st_mtime for f in CSRC.rglob("*") if f.is_file())
+            fresh = (obj.exists() and stamp.exists() and stamp.read_text() == key
+                     and obj.stat().st_mtime >= newest)
+            job = None
+            if not fresh:
+                obj.parent.mkdir(parents=True, exist_ok=True)
+                cmd = [nvcc, "-c", str(HERE / WGMMA_SRC), "-o", str(obj), *flags]
+                print("exl3-kernels: " + " ".join(cmd), file=sys.stderr)
+                job = subprocess.Popen(cmd)
+            if str(obj) not in ext.extra_objects:
+                ext.extra_objects.append(str(obj))
+            link = self.compiler.link
+
+            def link_after_sm90a(*args, **kwargs):
+                if job is not None and job.wait() != 0:
+                    raise SystemExit(f"exl3-kernels: nvcc failed on {WGMMA_SRC} (exit {job.returncode})")
+                if job is not None:
+                    stamp.write_text(key)
+                return link(*args, **kwargs)
+
+            self.compiler.link = link_after_sm90a
+            try:
+                super().build_extension(ext)
+            finally:
+                self.compiler.link = link
+                if job is not None and job.poll() is None:
+                    job.kill()
+
+    return BuildWithSm90a
 
 
 ext_modules, cmdclass = extensions()

@@ -210,3 +210,142 @@ def test_lohi_candidates_and_pin(monkeypatch):
     assert not autotune._apply_pins(Plan("reconstruct"), (16,)).lohi
     monkeypatch.setenv("CUDA_EXL3_LOHI", "0")
     assert not autotune._apply_pins(Plan("gemm", 16, 4, lohi=True), (16,)).lohi
+
+
+def test_wgmma_candidates_only_when_usable_and_from_m_128():
+    """The wgmma GEMM is a candidate only when the caller says it is usable (built for the codebook, device of compute
+    capability 9.0) and m >= WGMMA_MIN_M; always BM 256, with split 1 plus the splits the rules allow for a BM 256
+    grid at one block per SM; deterministic mode keeps split 1 only. The other candidates do not change."""
+    from exl3_kernels.plan import WGMMA_BM, WGMMA_MIN_M, candidate_splits
+
+    assert WGMMA_MIN_M == 128 and WGMMA_BM == 256 and BLOCKS_PER_SM[WGMMA_BM] == 1
+    for shape in SHAPES:
+        for m in (1, 64, 127, 128, 129, 256, 300, 1000, 4096):
+            base = candidates(shape, m, 132, ACC)
+            with_w = candidates(shape, m, 132, ACC, wgmma=True)
+            extra = [p for p in with_w if p not in base]
+            assert [p for p in with_w if p.path != "wgmma"] == base
+            if m < WGMMA_MIN_M:
+                assert not extra, (shape, m)
+                continue
+            assert extra and all(p.path == "wgmma" and p.bm == WGMMA_BM and not p.lohi for p in extra)
+            splits = [p.split for p in extra]
+            assert splits[0] == 1 and splits == candidate_splits(shape, m, WGMMA_BM, 132, ACC)
+            assert all(1 <= s <= max_split(shape) and splitk_allowed(shape, m, s, ACC) for s in splits)
+            det = [p for p in candidates(shape, m, 132, ACC, deterministic=True, wgmma=True) if p.path == "wgmma"]
+            assert det == [Plan("wgmma", WGMMA_BM, 1)]
+    assert str(Plan("wgmma", 256, 3)) == "wgmma(split=3)"
+
+
+def test_wgmma_splits_fill_waves_of_one_block_per_sm():
+    """4096x11008 at m = 128..256 has 86 BM 256 blocks: below one wave of 132, so whole-wave splits are offered."""
+    from exl3_kernels.plan import WGMMA_BM, candidate_splits
+
+    shape = SHAPES[0]
+    splits = candidate_splits(shape, 256, WGMMA_BM, 132, ACC)
+    waves = wave_splits(shape, 256, WGMMA_BM, 132)
+    assert waves == [3, 4, 6]  # 2, 3, 4 waves of 132: 264 // 86, 396 // 86, 528 // 86
+    assert set(w for w in waves if splitk_allowed(shape, 256, w, ACC)) <= set(splits)
+
+
+def test_cost_model_never_picks_wgmma():
+    for shape in SHAPES:
+        for m in (1, 128, 256, 512, 1023, 1024, 4096):
+            for det in (False, True):
+                assert cost_model(shape, m, 132, ACC, deterministic=det).path != "wgmma"
+
+
+def test_wgmma_path_pin(monkeypatch):
+    """CUDA_EXL3_PATH=wgmma: BM 256, lohi off, the plan's split kept (or CUDA_EXL3_SPLIT), CUDA_EXL3_BM ignored;
+    CUDA_EXL3_PATH=gemm over a tuned wgmma plan takes the largest mma.sync tier of the build."""
+    from exl3_kernels import autotune
+
+    for v in ("PATH", "BM", "SPLIT", "LOHI"):
+        monkeypatch.delenv(f"CUDA_EXL3_{v}", raising=False)
+    monkeypatch.setenv("CUDA_EXL3_PATH", "wgmma")
+    assert autotune._apply_pins(Plan("gemm", 16, 4, lohi=True), (16,)) == Plan("wgmma", 256, 4)
+    assert autotune._apply_pins(Plan("reconstruct")) == Plan("wgmma", 256, 1)
+    monkeypatch.setenv("CUDA_EXL3_BM", "64")
+    monkeypatch.setenv("CUDA_EXL3_SPLIT", "2")
+    assert autotune._apply_pins(Plan("gemm", 128, 1)) == Plan("wgmma", 256, 2)
+    monkeypatch.setenv("CUDA_EXL3_PATH", "gemm")
+    monkeypatch.delenv("CUDA_EXL3_BM")
+    assert autotune._apply_pins(Plan("wgmma", 256, 3)) == Plan("gemm", 128, 2)
+    # the largest tier of the build, e.g. the CI's reduced build with BM 16 and 64 only
+    assert autotune._apply_pins(Plan("wgmma", 256, 3), (), (16, 64)) == Plan("gemm", 64, 2)
+    monkeypatch.setenv("CUDA_EXL3_BM", "32")
+    assert autotune._apply_pins(Plan("wgmma", 256, 3)) == Plan("gemm", 32, 2)
+
+
+def test_autotune_offers_wgmma_only_when_usable_and_capture_keeps_the_cost_model(monkeypatch):
+    """choose() forwards ``wgmma`` to the candidates (timed like any other and chosen when fastest); under capture
+    an untuned bucket gets the cost model (never wgmma), a tuned one keeps its wgmma plan."""
+    from exl3_kernels import autotune
+
+    for v in ("DETERMINISTIC", "AUTOTUNE", "PATH", "BM", "SPLIT", "LOHI"):
+        monkeypatch.delenv(f"CUDA_EXL3_{v}", raising=False)
+    capturing = [False]
+    monkeypatch.setattr(autotune.torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    monkeypatch.setattr(autotune, "sm_count", lambda device: 132)
+    timed: list[Plan] = []
+    last: list[Plan] = []
+
+    def fake_time(fn, device, reps=5):
+        fn()
+        timed.append(last[-1])
+        return 0.05 if last[-1].path == "wgmma" else 0.1
+
+    monkeypatch.setattr(autotune, "_time", fake_time)
+    shape, dev = LayerShape(4096, (11008,), (8,), 1), torch.device("cpu")
+    autotune.clear()
+    p = autotune.choose(shape, 256, torch.float16, dev, ACC, (16, 32, 64, 128), last.append)
+    assert p.path != "wgmma" and not any(c.path == "wgmma" for c in timed)
+    autotune.clear()
+    timed.clear()
+    p = autotune.choose(shape, 256, torch.float16, dev, ACC, (16, 32, 64, 128), last.append, wgmma=True)
+    assert p.path == "wgmma" and any(c.path == "wgmma" for c in timed)
+    capturing[0] = True
+    assert autotune.choose(shape, 200, torch.float16, dev, ACC, (16, 32, 64, 128), last.append, wgmma=True) == p
+    q = autotune.choose(shape, 600, torch.float16, dev, ACC, (16, 32, 64, 128), last.append, wgmma=True)
+    assert q == cost_model(shape, 600, 132, ACC) and q.path != "wgmma"
+    autotune.clear()
+
+
+def test_wgmma_constants_match_the_kernel():
+    """plan.WGMMA_BM and BLOCKS_PER_SM[256] are the planner's copies of csrc/gemm_sm90/wgmma_gemm.cu's block tile and
+    its one-block-per-SM launch bounds; setup.py builds that TU for sm_90a only, with the stub otherwise."""
+    import re
+    from pathlib import Path
+
+    from exl3_kernels.plan import WGMMA_BM
+
+    root = Path(__file__).resolve().parents[1]
+    src = (root / "csrc" / "gemm_sm90" / "wgmma_gemm.cu").read_text()
+    assert int(re.search(r"constexpr int kBM = (\d+)", src).group(1)) == WGMMA_BM
+    assert "__launch_bounds__(kThreads, 1)" in src and BLOCKS_PER_SM[WGMMA_BM] == 1
+    setup = (root / "setup.py").read_text()
+    assert "-gencode=arch=compute_90a,code=sm_90a" in setup and "wgmma_stub.cpp" in setup
+
+
+def test_wgmma_not_usable_off_gpu():
+    from exl3_kernels import _ops
+
+    assert _ops.wgmma_usable("cpu", 1) is False
+    assert _ops.wgmma_built() in (True, False)
+
+
+def test_wgmma_candidates_are_opt_in(monkeypatch):
+    """The autotuner is offered the wgmma GEMM only with CUDA_EXL3_WGMMA=1, and then only where it is usable."""
+    import torch
+
+    from exl3_kernels import _ops, linear
+
+    monkeypatch.setattr(_ops, "wgmma_usable", lambda device, cb: cb == 1)
+    monkeypatch.delenv("CUDA_EXL3_WGMMA", raising=False)
+    dev = torch.device("cuda", 0)
+    assert not linear.wgmma_offered(dev, 1)
+    monkeypatch.setenv("CUDA_EXL3_WGMMA", "1")
+    assert linear.wgmma_offered(dev, 1)
+    assert not linear.wgmma_offered(dev, 2)
+    monkeypatch.setenv("CUDA_EXL3_WGMMA", "0")
+    assert not linear.wgmma_offered(dev, 1)

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <string>
+#include <utility>
 
 #include "exl3/params.h"
 
@@ -154,40 +155,37 @@ Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::opt
   return xh;
 }
 
-Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh,
-            const std::optional<Tensor>& bias, int64_t codebook, int64_t bm, int64_t split, const Tensor& acc,
-            at::ScalarType out_dtype, bool pdl, bool lohi) {
+// Validation and launch parameters shared by gemm and gemm_wgmma: fills p (shards, xh per shard, bias, split, acc) and
+// returns the output y. `bm` is the block's row tile (for the PDL grid rule); `op` names the op in messages.
+Tensor gemm_setup(exl3::GemmParams& p, const char* op, const Tensor& xh, const std::vector<Tensor>& trellis,
+                  const std::vector<Tensor>& svh, const std::optional<Tensor>& bias, int64_t codebook, int64_t bm,
+                  int64_t split, const Tensor& acc, at::ScalarType out_dtype, bool pdl, bool lohi) {
   TORCH_CHECK(xh.is_cuda() && xh.dim() == 3 && xh.scalar_type() == at::kHalf && xh.is_contiguous(),
-              "exl3_kernels.gemm: xh must be contiguous fp16 [shards, m, k] on CUDA, got ", xh.scalar_type(), " ", xh.sizes());
-  TORCH_CHECK(out_dtype == at::kHalf || out_dtype == at::kBFloat16, "exl3_kernels.gemm: out_dtype must be fp16 or bf16, got ", out_dtype);
-  TORCH_CHECK(exl3::gemm_instance_built(static_cast<int>(codebook), static_cast<int>(bm), lohi),
-              "exl3_kernels.gemm: no kernel instance for codebook ", codebook, ", BM ", bm, lohi ? " and lohi" : "",
-              " in this build (see built_instances())");
+              "exl3_kernels.", op, ": xh must be contiguous fp16 [shards, m, k] on CUDA, got ", xh.scalar_type(), " ", xh.sizes());
+  TORCH_CHECK(out_dtype == at::kHalf || out_dtype == at::kBFloat16, "exl3_kernels.", op, ": out_dtype must be fp16 or bf16, got ", out_dtype);
   // the lohi variant reads xh in the lohi layout of input_transform(..., lohi=True): 2k columns per row
-  TORCH_CHECK(!lohi || xh.size(2) % 2 == 0, "exl3_kernels.gemm: lohi xh must have 2k columns, got ", xh.size(2));
+  TORCH_CHECK(!lohi || xh.size(2) % 2 == 0, "exl3_kernels.", op, ": lohi xh must have 2k columns, got ", xh.size(2));
   const int64_t S = xh.size(0), m = xh.size(1), k = lohi ? xh.size(2) / 2 : xh.size(2);
-  TORCH_CHECK(static_cast<int64_t>(trellis.size()) == S, "exl3_kernels.gemm: xh has ", S, " shards, trellis list has ", trellis.size());
-  c10::cuda::CUDAGuard guard(xh.device());
-  exl3::GemmParams p{};
+  TORCH_CHECK(static_cast<int64_t>(trellis.size()) == S, "exl3_kernels.", op, ": xh has ", S, " shards, trellis list has ", trellis.size());
   const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, xh);
-  check_aligned(xh, 16, "gemm", "xh");
+  check_aligned(xh, 16, op, "xh");
   for (int64_t i = 0; i < S; ++i) p.shard[i].xh = reinterpret_cast<const uint16_t*>(xh.data_ptr()) + i * m * xh.size(2);
   p.num_shards = static_cast<int>(S);
   p.m = static_cast<int>(m);
   p.k = static_cast<int>(k);
   p.n_total = n_total;
-  p.bias = bias_ptr(bias, n_total, xh.device(), "gemm");
+  p.bias = bias_ptr(bias, n_total, xh.device(), op);
   const int64_t k16 = k / 16;
-  TORCH_CHECK(split >= 1 && split <= k16 / 4, "exl3_kernels.gemm: split = ", split, " must be in 1..", k16 / 4, " for k = ", k);
+  TORCH_CHECK(split >= 1 && split <= k16 / 4, "exl3_kernels.", op, ": split = ", split, " must be in 1..", k16 / 4, " for k = ", k);
   int64_t per = (k16 + split - 1) / split;
   per = (per + 3) / 4 * 4;  // whole pipeline stages (64 rows)
   p.split = static_cast<int>(split);
   p.k16_per_split = static_cast<int>(per);
   if (split > 1) {
     TORCH_CHECK(acc.scalar_type() == at::kFloat && acc.is_contiguous() && acc.device() == xh.device() && acc.numel() >= m * n_total,
-                "exl3_kernels.gemm: split-k needs a zeroed fp32 accumulator of at least ", m * n_total, " elements on ", xh.device(),
+                "exl3_kernels.", op, ": split-k needs a zeroed fp32 accumulator of at least ", m * n_total, " elements on ", xh.device(),
                 ", got ", acc.scalar_type(), " with ", acc.numel());
-    check_aligned(acc, 16, "gemm", "acc");
+    check_aligned(acc, 16, op, "acc");
     p.acc = acc.data_ptr<float>();
   }
   Tensor y = at::empty({m, n_total}, xh.options().dtype(out_dtype));
@@ -199,10 +197,59 @@ Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vec
   // placed two per SM on the first SMs to free up instead of one per SM.
   const int64_t grid_blocks = (n_total / 128) * ((m + bm - 1) / bm) * split;
   p.pdl = pdl && device_has_pdl(xh.device()) && grid_blocks >= sm_count(xh.device()) ? 1 : 0;
-  if (m > 0)
+  return y;
+}
+
+Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh,
+            const std::optional<Tensor>& bias, int64_t codebook, int64_t bm, int64_t split, const Tensor& acc,
+            at::ScalarType out_dtype, bool pdl, bool lohi) {
+  TORCH_CHECK(exl3::gemm_instance_built(static_cast<int>(codebook), static_cast<int>(bm), lohi),
+              "exl3_kernels.gemm: no kernel instance for codebook ", codebook, ", BM ", bm, lohi ? " and lohi" : "",
+              " in this build (see built_instances())");
+  exl3::GemmParams p{};
+  Tensor y = gemm_setup(p, "gemm", xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, lohi);
+  c10::cuda::CUDAGuard guard(xh.device());
+  if (p.m > 0)
     check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), static_cast<int>(bm), lohi,
                                  c10::cuda::getCurrentCUDAStream(xh.device().index()).stream()),
                "gemm launch");
+  return y;
+}
+
+// Compute capability (major, minor) of a device, cached per device index.
+std::pair<int, int> device_cc(const at::Device& device) {
+  static std::atomic<int> cached[64];  // 0 unknown, else 1 + 10 major + minor
+  const int i = device.index();
+  if (i >= 0 && i < 64) {
+    const int c = cached[i].load(std::memory_order_relaxed);
+    if (c != 0) return {(c - 1) / 10, (c - 1) % 10};
+  }
+  int major = 0, minor = 0;
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i), "cudaDeviceGetAttribute");
+  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, i), "cudaDeviceGetAttribute");
+  if (i >= 0 && i < 64) cached[i].store(1 + 10 * major + minor, std::memory_order_relaxed);
+  return {major, minor};
+}
+
+// The Hopper wgmma GEMM (csrc/gemm_sm90/wgmma_gemm.cu): same contract as gemm (BM 256, no lohi), sm_90a code only.
+Tensor gemm_wgmma(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh,
+                  const std::optional<Tensor>& bias, int64_t codebook, int64_t split, const Tensor& acc,
+                  at::ScalarType out_dtype, bool pdl) {
+  TORCH_CHECK(exl3::gemm_wgmma_built(static_cast<int>(codebook)),
+              "exl3_kernels.gemm_wgmma: the wgmma GEMM for codebook ", codebook, " is not built into this library (it "
+              "needs 9.0 in TORCH_CUDA_ARCH_LIST; see wgmma_codebooks())");
+  TORCH_CHECK(xh.is_cuda(), "exl3_kernels.gemm_wgmma: xh must be on CUDA, got ", xh.device());
+  const auto cc = device_cc(xh.device());
+  TORCH_CHECK(cc.first == 9 && cc.second == 0, "exl3_kernels.gemm_wgmma: needs a compute capability 9.0 GPU (sm_90a "
+              "code), ", xh.device(), " is ", cc.first, ".", cc.second);
+  exl3::GemmParams p{};
+  Tensor y = gemm_setup(p, "gemm_wgmma", xh, trellis, svh, bias, codebook, 256, split, acc, out_dtype, pdl, false);
+  TORCH_CHECK(p.k % 64 == 0, "exl3_kernels.gemm_wgmma: k = ", p.k, " must be a multiple of 64 (one pipeline stage)");
+  c10::cuda::CUDAGuard guard(xh.device());
+  if (p.m > 0)
+    check_cuda(exl3::launch_gemm_wgmma(p, static_cast<int>(codebook),
+                                       c10::cuda::getCurrentCUDAStream(xh.device().index()).stream()),
+               "gemm_wgmma launch");
   return y;
 }
 
@@ -366,6 +413,14 @@ void decode_lut(Tensor& out, int64_t codebook) {
 
 int64_t compiled_k2_mask() { return static_cast<int64_t>(exl3::kK2Mask); }
 
+// Codebook ids with a wgmma GEMM in this build (empty without 9.0 in the arch list).
+std::vector<int64_t> wgmma_codebooks() {
+  std::vector<int64_t> r;
+  for (int cb = 0; cb < 3; ++cb)
+    if (exl3::gemm_wgmma_built(cb)) r.push_back(cb);
+  return r;
+}
+
 // GEMM instances as lohi * 100000 + codebook * 1000 + BM (the plain instances keep their old codes).
 std::vector<int64_t> built_instances() {
   std::vector<int64_t> r;
@@ -389,6 +444,9 @@ TORCH_LIBRARY(exl3_kernels, m) {
   // input transform in linear.py) must not write the trellis, which the GEMM prefetches before it waits.
   m.def("gemm(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int bm, int split, Tensor acc, "
         "ScalarType out_dtype, bool pdl=False, bool lohi=False) -> Tensor");
+  // The Hopper wgmma GEMM (BM 256; sm_90a, compute capability 9.0 only): arguments and contracts as gemm.
+  m.def("gemm_wgmma(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int split, Tensor acc, "
+        "ScalarType out_dtype, bool pdl=False) -> Tensor");
   // `acc` as in gemm: read, then re-zeroed (left as the workspace contract wants it), hence immutable.
   m.def("output_transform(Tensor acc, Tensor[] svh, Tensor? bias, int m, ScalarType out_dtype) -> Tensor");
   m.def("reconstruct(Tensor[] trellis, Tensor[] suh, Tensor[] svh, int codebook, int col_begin, int col_end, "
@@ -400,11 +458,13 @@ TORCH_LIBRARY(exl3_kernels, m) {
   m.def("decode_lut(Tensor(a!) out, int codebook) -> ()");
   m.def("compiled_k2_mask() -> int", &compiled_k2_mask);
   m.def("built_instances() -> int[]", &built_instances);
+  m.def("wgmma_codebooks() -> int[]", &wgmma_codebooks);
 }
 
 TORCH_LIBRARY_IMPL(exl3_kernels, CUDA, m) {
   m.impl("input_transform", &input_transform);
   m.impl("gemm", &gemm);
+  m.impl("gemm_wgmma", &gemm_wgmma);
   m.impl("output_transform", &output_transform);
   m.impl("reconstruct", &reconstruct);
   m.impl("reconstruct_out", &reconstruct_out);

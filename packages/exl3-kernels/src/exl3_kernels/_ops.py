@@ -104,6 +104,12 @@ def _register_fakes() -> None:
         n_total = sum(t.shape[1] * 16 for t in trellis)
         return xh.new_empty((xh.shape[1], n_total), dtype=out_dtype)
 
+    if hasattr(torch.ops.exl3_kernels, "gemm_wgmma"):  # libraries built before the wgmma GEMM lack the op
+        @torch.library.register_fake(lib + "gemm_wgmma")
+        def _(xh, trellis, svh, bias, codebook, split, acc, out_dtype, pdl=False):
+            n_total = sum(t.shape[1] * 16 for t in trellis)
+            return xh.new_empty((xh.shape[1], n_total), dtype=out_dtype)
+
     @torch.library.register_fake(lib + "output_transform")
     def _(acc, svh, bias, m, out_dtype):
         return acc.new_empty((m, sum(v.shape[0] for v in svh)), dtype=out_dtype)
@@ -165,6 +171,58 @@ def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor],
                                            env.get_bool("PDL", True))
     return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype,
                                        env.get_bool("PDL", True), True)
+
+
+def gemm_wgmma(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], bias: torch.Tensor | None,
+               codebook: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    """The Hopper wgmma trellis GEMM (csrc/gemm_sm90/wgmma_gemm.cu): the contract of :func:`gemm` with BM = 256.
+
+    Needs :func:`wgmma_built` for ``codebook`` and a compute capability 9.0 device (sm_90a code); ``xh`` is the
+    [S, m, k] fp16 output of :func:`input_transform` (one TMA tensor map over all shards). ``split`` > 1 reduces into
+    ``acc`` (all zero before and after) and runs the split-k epilogue. PDL as in :func:`gemm` (CUDA_EXL3_PDL).
+
+    Raises:
+        RuntimeError when the library has no wgmma GEMM for the codebook, the device is not 9.0, or on the argument
+        checks of :func:`gemm`.
+    """
+    return torch.ops.exl3_kernels.gemm_wgmma(xh, trellis, svh, bias, codebook, split, acc, out_dtype,
+                                             env.get_bool("PDL", True))
+
+
+_wgmma_cbs: tuple[int, ...] | None = None
+
+
+def wgmma_codebooks() -> tuple[int, ...]:
+    """Codebook ids with a wgmma GEMM in the loaded library: all three (or the reduced set) when the build had 9.0 in
+    TORCH_CUDA_ARCH_LIST, none otherwise, or when the library is missing or predates the op."""
+    global _wgmma_cbs
+    if _wgmma_cbs is None:
+        cbs: tuple[int, ...] = ()
+        if load() and hasattr(torch.ops.exl3_kernels, "wgmma_codebooks"):
+            cbs = tuple(int(c) for c in torch.ops.exl3_kernels.wgmma_codebooks())
+        _wgmma_cbs = cbs
+    return _wgmma_cbs
+
+
+def wgmma_built(codebook: int | None = None) -> bool:
+    """Whether the library holds the wgmma GEMM (for ``codebook``, or for any codebook when None)."""
+    cbs = wgmma_codebooks()
+    return bool(cbs) if codebook is None else codebook in cbs
+
+
+def wgmma_usable(device: torch.device | str, codebook: int) -> bool:
+    """The wgmma GEMM is built for ``codebook`` and ``device`` is a compute capability 9.0 CUDA device (its code is
+    sm_90a: it does not run on 9.x > 0 or on 10.0 / 12.0)."""
+    device = torch.device(device)
+    if device.type != "cuda" or not wgmma_built(codebook):
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _cc90:  # per forward of every layer: query the capability once per device
+        _cc90[index] = tuple(torch.cuda.get_device_capability(index)) == (9, 0)
+    return _cc90[index]
+
+
+_cc90: dict[int, bool] = {}
 
 
 def output_transform(acc: torch.Tensor, svh: list[torch.Tensor], bias: torch.Tensor | None, m: int,

@@ -29,12 +29,12 @@ from typing import Callable
 import torch
 
 from . import env
-from .plan import BM_TIERS, LayerShape, Plan, candidates, cost_model, m_bucket
+from .plan import BM_TIERS, WGMMA_BM, LayerShape, Plan, candidates, cost_model, m_bucket
 
 _cache: dict[tuple, Plan] = {}
 _sm_count: dict[int, int] = {}
 _flush: dict[int, torch.Tensor] = {}
-PATHS = ("gemm", "reconstruct", "reconstruct_act", "reconstruct_n")
+PATHS = ("gemm", "reconstruct", "reconstruct_act", "reconstruct_n", "wgmma")
 _timings: dict[tuple, dict[str, dict[str, float]]] = {}
 _log = logging.getLogger(__name__)
 # GPU-side wait before each timed run, in clock cycles (~100 us at 2 GHz): covers the host enqueue of the
@@ -70,16 +70,23 @@ def sm_count(device: torch.device) -> int:
     return _sm_count[i]
 
 
-def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = ()) -> Plan:
+def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...] = BM_TIERS) -> Plan:
     """The plan with the env pins applied. CUDA_EXL3_LOHI=1 turns the lohi variant on wherever this layer has an
-    instance for the (pinned) plan (the gemm path at a BM in ``lohi_bm``: BM16, 3inst / mcg), =0 off everywhere."""
+    instance for the (pinned) plan (the gemm path at a BM in ``lohi_bm``: BM16, 3inst / mcg), =0 off everywhere.
+    CUDA_EXL3_PATH=wgmma keeps the plan's split with BM 256 (CUDA_EXL3_BM does not apply to it); pinning gemm over
+    a tuned wgmma plan takes the largest BM tier of the build (``built_bm``)."""
     path, bm, split = env.get("PATH"), env.get_int("BM"), env.get_int("SPLIT")
     lohi = env.get("LOHI")
     if path:
         if path not in PATHS:
             raise ValueError(f"CUDA_EXL3_PATH must be one of {', '.join(PATHS)}, got {path!r}")
-        p = replace(p, path=path)
-    if bm is not None:
+        if path == "wgmma":
+            p = replace(p, path=path, bm=WGMMA_BM, lohi=False)
+        elif path == "gemm" and p.path == "wgmma":
+            p = replace(p, path=path, bm=max(built_bm))
+        else:
+            p = replace(p, path=path)
+    if bm is not None and p.path != "wgmma":
         p = replace(p, bm=bm)
     if split is not None:
         p = replace(p, split=split)
@@ -120,8 +127,11 @@ def _key(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, de
 
 
 def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,
-           built_bm: tuple[int, ...], run: Callable[[Plan], object], lohi_bm: tuple[int, ...] = ()) -> Plan:
-    """Plan for this call. ``run(plan)`` executes the layer with a plan (used only when timing)."""
+           built_bm: tuple[int, ...], run: Callable[[Plan], object], lohi_bm: tuple[int, ...] = (),
+           wgmma: bool = False) -> Plan:
+    """Plan for this call. ``run(plan)`` executes the layer with a plan (used only when timing). ``wgmma``: the
+    Hopper wgmma GEMM may be timed (built for this codebook, device of compute capability 9.0); the cost model
+    never picks it, so under capture it is used only where an earlier timing chose it."""
     deterministic = env.get_bool("DETERMINISTIC")
     recon_min_m = env.get_int("RECON_MIN_M", 1024)
     key = _key(shape, m, dtype, device, deterministic)
@@ -133,7 +143,7 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
             if not torch.cuda.is_current_stream_capturing():
                 _cache[key] = plan
         else:
-            cands = candidates(shape, m, sm_count(device), acc_capacity, built_bm, deterministic, lohi_bm)
+            cands = candidates(shape, m, sm_count(device), acc_capacity, built_bm, deterministic, lohi_bm, wgmma)
             if base not in cands:
                 cands.append(base)
             first = {c: _time(lambda: run(c), device) for c in cands}
@@ -150,12 +160,12 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
             _log.debug("exl3 autotune %s m=%d: %s; finalists %s -> %s", shape, m,
                        ", ".join(f"{c} {1000.0 * t:.1f} us" for c, t in sorted(first.items(), key=lambda kv: kv[1])),
                        ", ".join(f"{c} {1000.0 * final[c]:.1f} us" for c in finalists), plan)
-    return _apply_pins(plan, lohi_bm)
+    return _apply_pins(plan, lohi_bm, built_bm)
 
 
 def prime_smaller_buckets(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,
                           built_bm: tuple[int, ...], run_rows: Callable[[Plan, int], object],
-                          lohi_bm: tuple[int, ...] = ()) -> int:
+                          lohi_bm: tuple[int, ...] = (), wgmma: bool = False) -> int:
     """Tune every power-of-two m bucket below ``m``'s that is not cached yet, timing each bucket b on the first
     b rows of this call's input (``run_rows(plan, b)``). Returns the number of buckets tuned.
 
@@ -178,7 +188,8 @@ def prime_smaller_buckets(shape: LayerShape, m: int, dtype: torch.dtype, device:
     b = m_bucket(m) // 2  # < m always: m > m_bucket(m) / 2
     while b >= 1:
         if _key(shape, b, dtype, device, False) not in _cache:
-            choose(shape, b, dtype, device, acc_capacity, built_bm, lambda p, rows=b: run_rows(p, rows), lohi_bm)
+            choose(shape, b, dtype, device, acc_capacity, built_bm, lambda p, rows=b: run_rows(p, rows), lohi_bm,
+                   wgmma)
             tuned += 1
         b //= 2
     if tuned:

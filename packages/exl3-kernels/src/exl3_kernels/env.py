@@ -6,7 +6,7 @@ library is not). Errors about a bad value name the spelling that was actually re
 
 | variable | meaning | default |
 |---|---|---|
-| CUDA_EXL3_PATH | force the path: ``gemm`` (trellis GEMM), ``reconstruct`` (dense W + cuBLAS), ``reconstruct_act`` (dense Ŵ + cuBLAS, Hadamards on the activations) or ``reconstruct_n`` (output Hadamard folded into the dense weight, input Hadamard on the activations) | unset: planner |
+| CUDA_EXL3_PATH | force the path: ``gemm`` (trellis GEMM), ``reconstruct`` (dense W + cuBLAS), ``reconstruct_act`` (dense Ŵ + cuBLAS, Hadamards on the activations), ``reconstruct_n`` (output Hadamard folded into the dense weight, input Hadamard on the activations) or ``wgmma`` (the Hopper wgmma trellis GEMM, BM 256; compute capability 9.0 and a build with 9.0 only) | unset: planner |
 | CUDA_EXL3_BM | force the GEMM row tile BM (16, 32, 64, 128) | unset: planner |
 | CUDA_EXL3_SPLIT | force the split-k factor (1 = no split) | unset: planner |
 | CUDA_EXL3_LOHI | 1: use the GEMM's lohi variant wherever the plan has an instance of it (gemm path, BM 16, 3inst / mcg: the tensor core adds the two halves of each decoded weight); 0: never | unset: planner |
@@ -17,6 +17,7 @@ library is not). Errors about a bad value name the spelling that was actually re
 | CUDA_EXL3_RECON_WORKSPACE_MB | size cap of the dense-W workspace; bigger layers are built in column chunks | 512 |
 | CUDA_EXL3_SPLITK_WORKSPACE_MB | size of the split-k fp32 accumulator; larger m x n disables split-k | 64 |
 | CUDA_EXL3_LIBRARY | path of the compiled op library to load instead of the packaged ``_C.abi3.so`` | unset |
+| CUDA_EXL3_WGMMA | 1: offer the Hopper wgmma GEMM (compute capability 9.0, built with 9.0) to the autotuner from m = 128; off by default until it has passed its GPU tests (branch gemm-wgmma-op); the pin CUDA_EXL3_PATH=wgmma works either way | 0 |
 | CUDA_EXL3_PDL | 0: launch the GEMM and its split-k epilogue without programmatic dependent launch (sm_90+ only, and only for GEMM grids of at least one block per SM; read by ``_ops.gemm`` at each call, a captured CUDA graph keeps its capture-time setting) | 1 |
 """
 from __future__ import annotations

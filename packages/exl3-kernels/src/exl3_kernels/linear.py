@@ -12,7 +12,8 @@ On CUDA the op picks a plan per (layer shape, m bucket) (:mod:`.autotune`):
   split-k epilogue (output Hadamard, svh, bias) after one cuBLAS GEMM with fp32 output into the split-k
   workspace (:func:`_run_reconstruct_act`);
 - "reconstruct_n": the input transform on the activations (in x's dtype) and the output transform folded into
-  the dense weight W_n = Ŵ H_n diag(svh) / sqrt(128), one cuBLAS GEMM straight into y (:func:`_run_reconstruct_n`).
+  the dense weight W_n = Ŵ H_n diag(svh) / sqrt(128), one cuBLAS GEMM straight into y (:func:`_run_reconstruct_n`);
+- "wgmma": as "gemm" with the Hopper wgmma kernel (BM 256; compute capability 9.0 only, autotuned from m = 128).
 On CPU (and any device without the compiled library) it runs the pure-torch reference
 (:mod:`exl3_kernels.reference`), which is also what every kernel is tested against.
 
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _ops, autotune, workspace
+from . import _ops, autotune, env, workspace
 from .plan import BM_TIERS, LayerShape, Plan
 
 CODEBOOK_IDS = {"3inst": 0, "mcg": 1, "mul1": 2}
@@ -186,6 +187,10 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
             else:
                 outs.append(torch.mm(x2, w))
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+    if plan.path == "wgmma":
+        xh = _ops.input_transform(x2, suh)
+        acc = workspace.splitk_acc(x2.device) if plan.split > 1 else xh
+        return _ops.gemm_wgmma(xh, trellis, svh, bias32, codebook, plan.split, acc, x2.dtype)
     xh = _ops.input_transform(x2, suh, lohi=plan.lohi)
     acc = workspace.splitk_acc(x2.device) if plan.split > 1 else xh
     return _ops.gemm(xh, trellis, svh, bias32, codebook, plan.bm, plan.split, acc, x2.dtype, plan.lohi)
@@ -219,12 +224,13 @@ def _linear_cuda(x, trellis, suh, svh, bias, codebook: int) -> torch.Tensor:
     shape = layer_shape(trellis, codebook)
     built = tuple(sorted({bm for cb, bm in _ops.built_instances() if cb == codebook})) or BM_TIERS
     lohi_bm = tuple(sorted({bm for cb, bm in _ops.built_instances(lohi=True) if cb == codebook}))
+    wgmma = wgmma_offered(x2.device, codebook)
     if not autotune.is_cached(shape, m, x2.dtype, x2.device):  # first call in this bucket: tune the smaller ones too
         autotune.prime_smaller_buckets(shape, m, x2.dtype, x2.device, workspace.splitk_capacity(), built,
                                        lambda p, rows: _run_plan(p, x2[:rows], trellis, suh, svh, bias32, codebook),
-                                       lohi_bm)
+                                       lohi_bm, wgmma)
     plan = autotune.choose(shape, m, x2.dtype, x2.device, workspace.splitk_capacity(), built,
-                           lambda p: _run_plan(p, x2, trellis, suh, svh, bias32, codebook), lohi_bm)
+                           lambda p: _run_plan(p, x2, trellis, suh, svh, bias32, codebook), lohi_bm, wgmma)
     y = _run_plan(plan, x2, trellis, suh, svh, bias32, codebook)
     return y.reshape(*x.shape[:-1], n_total)
 
@@ -258,6 +264,13 @@ def _register() -> None:
 
 
 _register()
+
+
+def wgmma_offered(device: torch.device, codebook: int) -> bool:
+    """Whether the autotuner may time the wgmma GEMM for this layer: opt-in with CUDA_EXL3_WGMMA=1 (default off until
+    the path has passed its GPU tests, branch gemm-wgmma-op) and usable on ``device`` (built for ``codebook``, compute
+    capability 9.0). The pin CUDA_EXL3_PATH=wgmma does not depend on it."""
+    return env.get_bool("WGMMA", False) and _ops.wgmma_usable(device, codebook)
 
 
 def exl3_linear(x: torch.Tensor, layer: Exl3Layer) -> torch.Tensor:

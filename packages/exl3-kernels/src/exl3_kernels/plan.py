@@ -14,7 +14,11 @@ BM_TIERS = (16, 32, 64, 128)
 MIN_STAGES_PER_SPLIT = 4  # k rows per split >= 4 pipeline stages of 64 rows: below that the prologue dominates
 # Resident GEMM blocks per SM by BM tier: the __launch_bounds__ minimum of csrc/gemm/gemm_kernel.cuh
 # (GemmOccupancy), which caps registers so that this many 256-thread blocks fit.
-BLOCKS_PER_SM = {16: 4, 32: 3, 64: 3, 128: 2}
+BLOCKS_PER_SM = {16: 4, 32: 3, 64: 3, 128: 2, 256: 1}  # 256: the wgmma GEMM (one 384-thread block per SM)
+# The Hopper wgmma GEMM (csrc/gemm_sm90/wgmma_gemm.cu): BM 256 rows per block, offered to the autotuner from m = 128
+# when the library has it and the device is compute capability 9.0 (docs/hopper-gemm.md). Never in the cost model.
+WGMMA_BM = 256
+WGMMA_MIN_M = 128
 
 
 @dataclass(frozen=True)
@@ -41,8 +45,9 @@ class Plan:
     """``path``: "gemm" (trellis GEMM, ``bm``/``split`` used), "reconstruct" (dense W with both Hadamards, suh
     and svh folded in, + cuBLAS), "reconstruct_act" (dense Ŵ without them + cuBLAS, the Hadamards applied to
     the activations: input transform before, the split-k epilogue after; exllamav3's reconstruct path does the
-    same, exllamav3 1.6.5 exllamav3/modules/quant/exl3.py) or "reconstruct_n" (input transform on the
-    activations, the output transform and svh folded into the dense weight, cuBLAS writes y)."""
+    same, exllamav3 1.6.5 exllamav3/modules/quant/exl3.py), "reconstruct_n" (input transform on the
+    activations, the output transform and svh folded into the dense weight, cuBLAS writes y) or "wgmma" (the
+    Hopper trellis GEMM, sm_90a: ``split`` used, ``bm`` always WGMMA_BM)."""
 
     path: str
     bm: int = 16
@@ -50,6 +55,8 @@ class Plan:
     lohi: bool = False  # the GEMM variant that leaves lo + hi of each weight to the MMA (csrc/gemm/gemm_kernel.cuh)
 
     def __str__(self) -> str:
+        if self.path == "wgmma":
+            return f"wgmma(split={self.split})"
         if self.path != "gemm":
             return self.path
         return f"gemm(bm={self.bm},split={self.split}{',lohi' if self.lohi else ''})"
@@ -137,30 +144,42 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
     return Plan("gemm", bm, split)
 
 
+def candidate_splits(shape: LayerShape, m: int, bm: int, sm_count: int, acc_capacity: int,
+                     deterministic: bool = False) -> list[int]:
+    """Split-k factors worth timing for a GEMM grid of row tile ``bm``: 1, the powers of two while the grid stays
+    within 16 blocks per SM, and the whole-wave fits (:func:`wave_splits`), within :func:`splitk_allowed`."""
+    blocks = (shape.n_total // 128) * math.ceil(m / bm)
+    splits = [1]
+    if not deterministic:
+        s = 2
+        pow2 = []
+        while s <= max_split(shape) and blocks * s <= 16 * sm_count:
+            pow2.append(s)
+            s *= 2
+        for s in sorted(set(pow2) | set(wave_splits(shape, m, bm, sm_count))):
+            if splitk_allowed(shape, m, s, acc_capacity):
+                splits.append(s)
+    return splits
+
+
 def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
                built_bm: tuple[int, ...] = BM_TIERS, deterministic: bool = False,
-               lohi_bm: tuple[int, ...] = ()) -> list[Plan]:
+               lohi_bm: tuple[int, ...] = (), wgmma: bool = False) -> list[Plan]:
     """Plans worth timing for this m: BM tiers from the covering one down to half of it (and the largest
     for m above all tiers), split-k in powers of two up to the limits, the same tiers and splits as the lohi
-    variant where built (``lohi_bm``: BM tiers with a lohi instance for this codebook), and the three dense paths
-    for m >= 64."""
+    variant where built (``lohi_bm``: BM tiers with a lohi instance for this codebook), the wgmma GEMM with its
+    splits for m >= WGMMA_MIN_M when ``wgmma`` (built for this codebook and the device is compute capability 9.0),
+    and the three dense paths for m >= 64."""
     bms = sorted({pick_bm(m, built_bm)} | {b for b in built_bm if m / 2 <= b <= pick_bm(m, built_bm)})
     out: list[Plan] = []
     for bm in bms:
-        blocks = (shape.n_total // 128) * math.ceil(m / bm)
-        splits = [1]
-        if not deterministic:
-            s = 2
-            pow2 = []
-            while s <= max_split(shape) and blocks * s <= 16 * sm_count:
-                pow2.append(s)
-                s *= 2
-            for s in sorted(set(pow2) | set(wave_splits(shape, m, bm, sm_count))):
-                if splitk_allowed(shape, m, s, acc_capacity):
-                    splits.append(s)
+        splits = candidate_splits(shape, m, bm, sm_count, acc_capacity, deterministic)
         out += [Plan("gemm", bm, s) for s in splits]
         if bm in lohi_bm:
             out += [Plan("gemm", bm, s, lohi=True) for s in splits]
+    if wgmma and m >= WGMMA_MIN_M:
+        out += [Plan("wgmma", WGMMA_BM, s)
+                for s in candidate_splits(shape, m, WGMMA_BM, sm_count, acc_capacity, deterministic)]
     if m >= 64:
         out.append(Plan("reconstruct"))
         out.append(Plan("reconstruct_act"))

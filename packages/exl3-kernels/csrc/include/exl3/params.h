@@ -77,5 +77,10 @@ cudaError_t launch_reconstruct_t(const ReconstructParams& p, int codebook, cudaS
 cudaError_t launch_reconstruct_n(const ReconstructParams& p, int codebook, cudaStream_t stream);
 cudaError_t launch_decode_lut(uint16_t* out, int codebook, cudaStream_t stream);
 bool gemm_instance_built(int codebook, int bm, bool lohi);
+// The Hopper wgmma GEMM (csrc/gemm_sm90/wgmma_gemm.cu, sm_90a only; csrc/gemm_sm90/wgmma_stub.cpp when the build has
+// no 9.0): BM 256, p.shard[i].xh must be xh + i m k of one [S, m, k] fp16 tensor (one TMA tensor map for all shards).
+// Launches splitk_epilogue after it when p.split > 1. Runs on compute capability 9.0 only (the caller checks).
+cudaError_t launch_gemm_wgmma(const GemmParams& p, int codebook, cudaStream_t stream);
+bool gemm_wgmma_built(int codebook);
 
 }  // namespace exl3

@@ -1,0 +1,641 @@
+// The Hopper (sm_90a) trellis GEMM: y[m, n] = had_n( xh[m, k] @ Ŵ[k, n] ) * svh / sqrt(128) + bias, with Ŵ decoded
+// from the trellis by a producer warpgroup into shared memory and multiplied by wgmma. Same interface as the mma.sync
+// GEMM (GemmParams: shards addressed by absolute column, each with its own xh, trellis, svh and K2; split-k through
+// the process-wide fp32 accumulator and splitk_epilogue). Integrated from bench/wgmma_gemm_proto.cu (full-tma, all 12
+// checks passed on the H200 at a1ddb41; the decode-ahead loop and the quad-shuffle output of d8615a1, built, not run).
+// GPU-untested in this form: see docs/hopper-gemm.md, "Integration".
+//
+// This translation unit is compiled for sm_90a only (setup.py; wgmma and setmaxnreg exist on sm_90a alone); builds
+// without 9.0 in TORCH_CUDA_ARCH_LIST link wgmma_stub.cpp instead (gemm_wgmma_built() = 0).
+//
+// Block tile BM = 256 rows x BN = 128 columns (8 trellis tile columns = one Hadamard block), BK = 64 k (4 tile rows)
+// per stage. 384 threads = 3 warpgroups, one block per SM:
+//   WG0 (producer, setmaxnreg.dec 96): warp w decodes tile row w of each stage (8 tiles, trellis.cuh's per-lane
+//     windows) into the B stage; thread 0 also issues the TMA of A.
+//   WG1, WG2 (consumers, setmaxnreg.inc 200): WG c owns block rows [128c, 128c + 128) as two m64 halves and issues
+//     wgmma.mma_async.m64n128k16.f32.f16.f16 per half and k16 step (2 x 64 fp32 accumulators per thread).
+//   Why BM 256: the decode is paid once per block and weight, so its share of the issue slots falls as 1/BM (~1/3 at
+//   BM 256 and 700 TFLOP/s, ~2/3 at BM 128; docs/hopper-gemm.md). One producer warpgroup: P = 2, 3 were measured
+//   slower on the H200 (e8fe865: their if/else role layout serializes wgmma, C7518, and their decode was no faster).
+//   Registers: __launch_bounds__(384, 1) gives 168 at launch; 128 x 96 + 256 x 200 = 63488 <= 384 x 168 (the pool).
+//
+// Shared memory (PTX ISA 9.7.15.5.1 "Asynchronous Warpgroup Level Matrix Shared Memory Layout", 9.7.15.5.1.2
+// "Matrix Descriptor Format"), base 1024-aligned:
+//   [0, 128 KB)        A ring: 4 stages of 256 rows x 64 fp16 (32 KB), K-major, 128-byte swizzle: 16-byte chunk c of
+//                      row r at chunk c ^ (r & 7) of its 128-byte row; 8-row groups (1024 B) are the swizzle atoms.
+//                      Written by TMA (CU_TENSOR_MAP_SWIZZLE_128B produces exactly this layout in a 1024-aligned slot).
+//   [128 KB, 192 KB)   B ring: 4 stages of 128 columns x 64 k fp16 (16 KB), the same layout with the output column as
+//                      the row (K-major B, wgmma imm-trans-b = 0).
+//   [192 KB, +64)      mbarriers full[4], empty[4]; K2-independent offset, so the consumer code has one copy for all K.
+//   [192 KB + 128, ..) raw trellis ring: 4 stages of 4 x 8 tiles x 16 K2 bytes, copied verbatim by cp.async.
+//   Total 209 KiB at K = 4, 225 KiB at K = 8 (+ 1 KiB alignment slack; the sm_90 opt-in limit is 227 KiB); the
+//   launch sizes it for the largest K of the layer's shards.
+//   Descriptors: start = slot + (m64 half) * 8 KB + kk * 32 bytes (the k16 step moves 2 chunks inside the swizzle
+//   atom; the hardware applies the XOR after adding it), LBO 16 (unused for swizzled K-major), SBO 1024, swizzle mode
+//   1 (128 B), base offset 0.
+//   Producer B stores: lane (g, q) holds frag[f] = two consecutive k of one column (trellis.cuh) and stores it at
+//   n * 128 + ((c ^ (n & 7)) << 4) + 4q, c = 2 kk + (f & 1), n & 7 = g: one st.shared.b32 per warp hits 32 distinct
+//   banks (c ^ g over g = 0..7 and q = 0..3), 4 stores per lane and tile.
+//
+// Pipeline (mbarrier, PTX ISA 9.7.13.15; the decode-ahead order of the prototype at d8615a1):
+//   full[slot]  count 129: the 128 producer threads after their B stores + fence.proxy.async.shared::cta (generic ->
+//               async proxy, so wgmma sees the st.shared data), plus thread 0's mbarrier.arrive.expect_tx(32 KB)
+//               whose transaction bytes the TMA of A completes.
+//   empty[slot] count 256: every consumer thread, after wgmma.wait_group 1 proved the wgmmas of that stage done.
+//   Stage s uses slot s % 4, phase (s / 4) & 1. Producers at stage s: wait empty(s - 4); thread 0 TMAs A(s) (A runs
+//   4 stages ahead of the MMA, measured at the wgmma peak as mma-tma at a1ddb41); wait for their own raw trellis of
+//   stage s (cp.async.wait_group 2 + __syncwarp: each warp copies and reads only its own tile row, so warps meet only
+//   at full / empty); issue raw(s + 3) into the slot of stage s - 1, which every lane finished reading before the
+//   __syncwarp; decode s; fence; arrive full. So the decoders may run up to 3 stages ahead of the consumers.
+//   Consumers keep one wgmma group in flight and release stage s - 1 after wgmma.wait_group 1 at stage s.
+//   Every wait is bounded (EXL3_WGMMA_WAIT_TIMEOUT_NS, 60 s by default: long enough for compute-sanitizer and
+//   GPU sharing): a protocol bug traps (an error on the
+//   stream) instead of hanging the GPU. No printf in the kernel: a call reachable from the consumer's wgmma window
+//   makes ptxas serialize every wgmma (C7510, seen in the prototype).
+//
+// A by TMA (PTX ISA 9.7.9.25.5.1 "cp.async.bulk.tensor"): one 3-d tensor map per call over xh [S, m, k] fp16 (dims k,
+// m, S), box 64 x 256 x 1, 128-byte swizzle, L2 promotion 256 B; the block's shard is the third coordinate, so one
+// map serves every shard, and rows >= m of a shard are zero-filled by the hardware (dim 1 = m), never read from the
+// next shard. Encoded on the host for each call (cuTensorMapEncodeTiled, a host-only packing of 128 bytes, via
+// cudaGetDriverEntryPointByVersion: no -lcuda) and passed in the __grid_constant__ parameters. Measured at a1ddb41:
+// TMA A saved 0.18-0.25 us per stage against cp.async from m = 256 up (full-tma 8-21% faster than full) but was 5%
+// slower at m = 128 on 4096x11008 (10% faster on 17408x5120); the autotuner decides per shape and m.
+//
+// Epilogue (consumers, after their last wgmma). Accumulator register d[i] of a thread (warp w of the warpgroup,
+// g = lane / 4, q = lane % 4) is D[16w + g + 8((i >> 1) & 1)][8(i >> 2) + 2q + (i & 1)] (PTX ISA 9.7.15.5.1.1,
+// "Matrix D" of wgmma .m64nNk16). So one row's 128 columns sit in the 4 lanes of a quad: column bit 0 = i & 1, bits
+// 1-2 = q, bits 3-6 = i >> 2. The 128-point FWHT of the row is therefore 5 butterfly stages inside the registers and
+// 2 across the quad (shfl.xor 1, 2); no shared memory and no barrier. Then a quad shuffle gives each thread 4
+// consecutive columns of one row (the even lane row g, the odd lane row g + 8), and:
+//   split 1: * svh / sqrt(128), + bias (fp32), one rounding, one 8-byte store per 4 columns (rows >= m not stored);
+//   split > 1: the raw partial sums, red.global.add.v4.f32 into the accumulator; splitk_epilogue (launch.cu) then
+//     applies the transform and re-zeroes it, so the contract "all zero between ops" holds.
+// Same arithmetic as the mma.sync GEMM (fp32 butterflies in the same natural-order Sylvester convention as
+// hadamard.cuh, one rounding), different summation order.
+//
+// K per block: the kernel is templated on the codebook only; the producer dispatches the shard's K2 at run time
+// (dispatch_k2: a block never straddles shards, so mixed-K fused layers run in one launch). Only the producer is
+// K-dependent (window offsets, raw ring stride), so the 11 K bodies cost producer code only (96 registers under
+// setmaxnreg), and the consumer (wgmma + epilogue, the part whose registers matter) exists once. Templating the
+// whole kernel on K2 would give 11 x 3 kernels with identical consumers for no register gain.
+#include <cuda.h>  // CUtensorMap and its enums only; cuTensorMapEncodeTiled comes through the runtime's entry point
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "exl3/codebook.cuh"
+#include "exl3/dispatch.cuh"
+#include "exl3/hadamard.cuh"
+#include "exl3/mma.cuh"
+#include "exl3/params.h"
+#include "exl3/pdl.cuh"
+#include "exl3/store.cuh"
+#include "exl3/trellis.cuh"
+
+// Codebooks compiled into this TU, bit cb (setup.py: all three, or the CI set of the reduced build).
+#ifndef EXL3_WGMMA_CB_MASK
+#define EXL3_WGMMA_CB_MASK 0x7
+#endif
+// Producer order: 1 = decode up to 3 stages ahead of the MMA (d8615a1, built, never run on a GPU); 0 = the order of
+// a1ddb41 (passed its 12 checks on the H200), the fallback if the first run of 1 fails (NVCC_APPEND_FLAGS=
+// -DEXL3_WGMMA_DECODE_AHEAD=0 with its own build_ext -t directory).
+#ifndef EXL3_WGMMA_DECODE_AHEAD
+#define EXL3_WGMMA_DECODE_AHEAD 1
+#endif
+// Bound of every mbarrier wait in ns; 0 = unbounded.
+#ifndef EXL3_WGMMA_WAIT_TIMEOUT_NS
+#define EXL3_WGMMA_WAIT_TIMEOUT_NS 60000000000ull
+#endif
+
+namespace exl3 {
+namespace wg {
+
+constexpr int kBM = 256, kBN = 128, kBK = 64;
+constexpr int kStages = 4;      // A/B ring
+constexpr int kRaw = 4;         // raw trellis ring
+constexpr int kAheadT = 3;      // raw trellis copied this many stages ahead of the decode
+static_assert(kAheadT + 1 <= kRaw, "raw ring: stage s + kAheadT reuses the slot of stage s - 1");
+constexpr int kProducers = 128;
+constexpr int kConsumers = 256;
+constexpr int kThreads = kProducers + kConsumers;
+constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;  // 168
+constexpr int kProdRegs = 96, kConsRegs = 200;
+static_assert(kProducers * kProdRegs + kConsumers * kConsRegs <= kThreads * kLaunchRegs, "setmaxnreg pool");
+constexpr int kAStageBytes = kBM * kBK * 2;  // 32 KB
+constexpr int kBStageBytes = kBN * kBK * 2;  // 16 KB
+constexpr int kAOff = 0;
+constexpr int kBOff = kStages * kAStageBytes;
+constexpr int kBarOff = kBOff + kStages * kBStageBytes;
+constexpr int kTOff = kBarOff + 128;
+__host__ __device__ constexpr int t_stage_bytes(int K2) { return (kBK / 16) * (kBN / 16) * 4 * K2 * 4; }
+__host__ __device__ constexpr int smem_bytes(int K2) { return kTOff + kRaw * t_stage_bytes(K2) + 1024; }  // +align
+static_assert(smem_bytes(16) <= 227 * 1024, "sm_90 opt-in shared memory per block");
+
+struct WgmmaParams {
+  CUtensorMap tmap_a;  // xh [S, m, k] fp16: dims (k, m, S), box (64, 256, 1), 128-byte swizzle (host-encoded)
+  GemmParams g;
+};
+
+template <typename F, int... I>
+__device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, typename F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for_impl(f, std::make_integer_sequence<int, N>{});
+}
+
+// cp.async with "memory" clobbers (the producer's raw ring is reused across iterations).
+__device__ __forceinline__ void cp_async16_m(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_commit_m() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait_m() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+template <int kOff>
+__device__ __forceinline__ uint32_t lds_at(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1+%2];\n" : "=r"(v) : "r"(addr), "n"(kOff) : "memory");
+  return v;
+}
+template <int kOff>
+__device__ __forceinline__ void sts_at(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0+%1], %2;\n" ::"r"(addr), "n"(kOff), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// 3-d tile (c0 = k element, c1 = row, c2 = shard) of the tensor map into shared memory at dst, completion as
+// transaction bytes on the mbarrier. No cluster launch: the CTA's shared::cta address is a valid shared::cluster one.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* tmap, int c0, int c1, int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+// try_wait suspends in hardware for a while, so a working pipeline passes in a few iterations.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  if (mbar_try_wait(bar, parity)) return;
+#if EXL3_WGMMA_WAIT_TIMEOUT_NS > 0
+  const unsigned long long t0 = globaltimer();
+  for (uint32_t it = 1;; ++it) {
+    if (mbar_try_wait(bar, parity)) return;
+    if ((it & 63) == 0 && globaltimer() - t0 > EXL3_WGMMA_WAIT_TIMEOUT_NS) __trap();
+  }
+#else
+  while (!mbar_try_wait(bar, parity)) {
+  }
+#endif
+}
+
+// Matrix descriptor (PTX ISA 9.7.15.5.1.2): bits 0-13 start address >> 4, 16-29 LBO >> 4, 32-45 SBO >> 4, 49-51 base
+// offset (0: atoms 1024-aligned), 62-63 swizzle mode (1 = 128 B). Adding (bytes >> 4) moves the start address (no
+// carry out of bits 0-13: shared addresses are < 256 KB).
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t saddr) {
+  uint64_t d = 0;
+  d |= (uint64_t)((saddr & 0x3FFFF) >> 4);
+  d |= (uint64_t)(16 >> 4) << 16;
+  d |= (uint64_t)(1024 >> 4) << 32;
+  d |= (uint64_t)1 << 62;
+  return d;
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// Keeps the compiler from moving reads / writes of an accumulator register across the async wgmma window.
+__device__ __forceinline__ void fence_acc(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D[64 x 128] += A[64 x 16] (desc) * B[16 x 128] (desc), fp16 in, fp32 accumulate, scale-d = 1, both K-major.
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+      "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db));
+}
+
+// ------------------------------------------------------------------ producer (warpgroup 0)
+// Decode of one tile from the lane's raw window words: TrellisBits::kConstShift (K = 4, 8) reads the states at
+// compile-time offsets and only the words that hold bits (K = 4: 2 of 3); other K normalise by the funnel shift r.
+template <int CB, int K2>
+__device__ __forceinline__ void decode_tile(const uint32_t (&w)[3], int r, uint32_t (&frag)[4], const DecodeConsts& dk) {
+  decode_window_fragments<CB, K2>(w[0], w[1], w[2], r, frag, dk);
+}
+
+template <int CB, int K2>
+__device__ __forceinline__ void producer(const WgmmaParams& wp, const GemmShard& sh, int shard, uint32_t smem,
+                                         int s_begin, int ns, int row0, int tn0) {
+  using B = TrellisBits<K2>;
+  constexpr int kTileWords = 4 * K2;
+  constexpr int kTileBytes = 4 * kTileWords;  // K2 16-byte chunks
+  constexpr int kTStage = t_stage_bytes(K2);
+  constexpr int kRawChunks = 8 * K2;          // 16-byte chunks of one warp's tile row per stage
+  constexpr int kRawPer = (kRawChunks + 31) / 32;
+  constexpr int kWords = B::kUsesWord2 ? 3 : 2;  // window words a lane reads
+  const int pt = threadIdx.x, tr = pt >> 5, lane = pt & 31, g = lane >> 2, q = lane & 3;
+  const int tiles_n = sh.n / 16;
+  const uint32_t full0 = smem + kBarOff, empty0 = full0 + 8 * kStages;
+
+  // Raw trellis: warp tr copies tile row tr of the stage (8 tiles, contiguous in global memory: trellis[tk][tn0..+7])
+  // and only this warp reads it, so cp.async.wait_group + __syncwarp orders copy and reads.
+  const uint32_t* t_row_src = sh.trellis + ((int64_t)(4 * s_begin + tr) * tiles_n + tn0) * kTileWords;
+  const int64_t t_stage_words = (int64_t)4 * tiles_n * kTileWords;
+  const uint32_t t_dst0 = smem + kTOff + (uint32_t)(tr * 8 * kTileBytes + 16 * lane);
+  auto issue_raw = [&](int s) __attribute__((always_inline)) {
+    const char* src = reinterpret_cast<const char*>(t_row_src + s * t_stage_words) + 16 * lane;
+    const uint32_t dst = t_dst0 + (uint32_t)((s % kRaw) * kTStage);
+#pragma unroll
+    for (int j = 0; j < kRawPer; ++j)
+      if (kRawChunks % 32 == 0 || lane + 32 * j < kRawChunks) cp_async16_m(dst + 512 * j, src + 512 * j);
+  };
+  const int shard_c = shard;
+  auto issue_a = [&](int s) __attribute__((always_inline)) {
+    const int slot = s % kStages;
+    // full[slot]: this arrive.expect_tx (the + 1 of its count) and the 32 KB of the box (rows >= m zero-filled count
+    // as transferred bytes too).
+    mbar_arrive_expect_tx(full0 + 8 * slot, kAStageBytes);
+    tma_load_3d(smem + kAOff + slot * kAStageBytes, &wp.tmap_a, (s_begin + s) * kBK, row0, shard_c, full0 + 8 * slot);
+  };
+
+  const LaneWindow<K2> lw = LaneWindow<K2>::make(lane);
+  const uint32_t t_base = smem + kTOff + (uint32_t)(tr * 8 * kTileBytes);
+  const uint32_t w0 = pin_u32(t_base + lw.off[0]), w1 = pin_u32(t_base + lw.off[1]), w2 = pin_u32(t_base + lw.off[2]);
+  // Store addresses of this lane's two k chunks (c = 2 tr + kh), column n & 7 = g, word q.
+  const uint32_t xo0 = pin_u32(smem + kBOff + (uint32_t)(g * 128 + (((2 * tr + 0) ^ g) << 4) + 4 * q));
+  const uint32_t xo1 = pin_u32(smem + kBOff + (uint32_t)(g * 128 + (((2 * tr + 1) ^ g) << 4) + 4 * q));
+  const DecodeConsts dk = DecodeConsts::make();
+
+  auto decode_stage = [&](int s) __attribute__((always_inline)) {
+    const uint32_t toff = (uint32_t)((s % kRaw) * kTStage);
+    const uint32_t boff = (uint32_t)((s % kStages) * kBStageBytes);
+    const uint32_t a0 = w0 + toff, a1 = w1 + toff, a2 = w2 + toff;
+    const uint32_t b0 = xo0 + boff, b1 = xo1 + boff;
+    // All window words first: each tile's loads would otherwise sit behind the previous tile's stores (ptxas keeps
+    // shared loads after shared stores it cannot disambiguate).
+    uint32_t wv[8][3];
+    static_for<8>([&](auto i_c) {
+      constexpr int i = decltype(i_c)::value;
+      constexpr int kW = i * kTileBytes;
+      wv[i][0] = lds_at<kW>(a0);
+      wv[i][1] = lds_at<kW>(a1);
+      wv[i][2] = kWords > 2 ? lds_at<kW>(a2) : 0u;
+    });
+    static_for<8>([&](auto i_c) {
+      constexpr int i = decltype(i_c)::value;
+      constexpr int kS = i * 16 * 128;  // tile column i: 16 columns of 128 bytes
+      uint32_t frag[4];
+      decode_tile<CB, K2>(wv[i], lw.r, frag, dk);
+      // frag f: k chunk f & 1 (b0 / b1), column half f >> 1 (+8 columns = +1024 bytes).
+      sts_at<kS>(b0, frag[0]);
+      sts_at<kS>(b1, frag[1]);
+      sts_at<kS + 8 * 128>(b0, frag[2]);
+      sts_at<kS + 8 * 128>(b1, frag[3]);
+    });
+  };
+
+  // Prologue. The trellis goes first: no earlier kernel writes it, so under programmatic dependent launch it is fetched
+  // while the input transform still runs; xh (A) only after griddepcontrol.wait (contract: ops.cpp, gemm).
+#if EXL3_WGMMA_DECODE_AHEAD
+#pragma unroll
+  for (int s = 0; s < kAheadT; ++s) {
+    if (s < ns) issue_raw(s);
+    cp_commit_m();
+  }
+  pdl_wait();
+  if (pt == 0)
+    for (int s = 0; s < min(ns, kStages); ++s) issue_a(s);  // the ring starts empty: 4 stages of A at once
+  for (int s = 0; s < ns; ++s) {
+    const int slot = s % kStages;
+    const int u = s - kStages;
+    if (u >= 0) {
+      // B[slot] and A[slot] were last read by stage u; empty(u) also proves full's phase of stage u complete, so
+      // thread 0's expect_tx lands in stage s's phase.
+      mbar_wait(empty0 + 8 * (u % kStages), (u / kStages) & 1);
+      if (pt == 0) issue_a(s);
+    }
+    cp_wait_m<kAheadT - 1>();  // this thread's raw copies of stage s landed
+    __syncwarp();              // ... and the whole warp's; all lanes are done with stage s - 1's words
+    if (s + kAheadT < ns) issue_raw(s + kAheadT);
+    cp_commit_m();
+    decode_stage(s);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    mbar_arrive(full0 + 8 * slot);
+  }
+#else
+  // The order of the prototype at a1ddb41 (full-tma, 12 checks passed on the H200): at stage s, wait empty(s - 2),
+  // then A (TMA) and raw trellis of stage s + 2, then decode s. One stage of decode slack instead of three.
+  constexpr int kAhead2 = 2;
+#pragma unroll
+  for (int s = 0; s < kAhead2; ++s) {
+    if (s < ns) issue_raw(s);
+    cp_commit_m();
+  }
+  pdl_wait();
+  if (pt == 0)
+    for (int s = 0; s < min(ns, kAhead2); ++s) issue_a(s);
+  for (int s = 0; s < ns; ++s) {
+    const int sl = s + kAhead2;
+    if (sl < ns) {
+      const int u = sl - kStages;
+      if (u >= 0) mbar_wait(empty0 + 8 * (u % kStages), (u / kStages) & 1);
+      if (pt == 0) issue_a(sl);
+      issue_raw(sl);
+    }
+    cp_commit_m();
+    cp_wait_m<kAhead2>();  // this thread's raw copies of stage s landed
+    __syncwarp();
+    decode_stage(s);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    mbar_arrive(full0 + 8 * (s % kStages));
+  }
+#endif
+  cp_wait_m<0>();
+}
+
+// ------------------------------------------------------------------ consumers (warpgroups 1, 2)
+// NM = valid m64 halves of this warpgroup (0, 1, 2): a template so that no runtime branch sits between the wgmmas.
+template <int NM>
+__device__ __forceinline__ void consumer_loop(uint32_t smem, int ns, int cw, float (&acc0)[64], float (&acc1)[64]) {
+  const uint32_t full0 = smem + kBarOff, empty0 = full0 + 8 * kStages;
+  const uint64_t da0 = desc_sw128(smem + kAOff + (uint32_t)(cw * 128 * 128));
+  const uint64_t da1 = da0 + (uint64_t)((64 * 128) >> 4);
+  const uint64_t db = desc_sw128(smem + kBOff);
+  for (int s = 0; s < ns; ++s) {
+    const int slot = s % kStages;
+    mbar_wait(full0 + 8 * slot, (s / kStages) & 1);
+    if constexpr (NM > 0) {
+      const uint64_t ao = (uint64_t)((slot * kAStageBytes) >> 4), bo = (uint64_t)((slot * kBStageBytes) >> 4);
+      wgmma_fence();
+      static_for<kBK / 16>([&](auto kk_c) {
+        constexpr int kk = decltype(kk_c)::value;
+        constexpr uint64_t ko = (kk * 32) >> 4;  // k16 step = 32 bytes inside the 128-byte swizzle row
+        wgmma_m64n128k16(acc0, da0 + ao + ko, db + bo + ko);
+        if constexpr (NM > 1) wgmma_m64n128k16(acc1, da1 + ao + ko, db + bo + ko);
+      });
+      wgmma_commit();
+      wgmma_wait<1>();  // the group of stage s - 1 is complete: its slot can be refilled
+    }
+    if (s > 0) mbar_arrive(empty0 + 8 * ((s - 1) % kStages));
+  }
+  if constexpr (NM > 0) wgmma_wait<0>();
+  fence_acc(acc0);
+  fence_acc(acc1);
+}
+
+// 128-point FWHT of the rows held by a quad (see the header): in-register stages over column bits 0 and 3-6, then the
+// quad stages over bits 1-2. Lower index of a pair keeps a + b, the upper gets a - b (hadamard.cuh's convention).
+__device__ __forceinline__ void fwht128_quad(float (&d)[64], int q) {
+#pragma unroll
+  for (int i = 0; i < 64; i += 2) {  // column bit 0 = register bit 0
+    const float a = d[i], b = d[i + 1];
+    d[i] = a + b;
+    d[i + 1] = a - b;
+  }
+#pragma unroll
+  for (int st = 4; st < 64; st <<= 1) {  // column bits 3..6 = register bits 2..5
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      if (i & st) continue;
+      const float a = d[i], b = d[i + st];
+      d[i] = a + b;
+      d[i + st] = a - b;
+    }
+  }
+#pragma unroll
+  for (int m = 1; m <= 2; m <<= 1) {  // column bits 1, 2 = q bits 0, 1 = lane bits 0, 1
+    const float sgn = (q & m) ? -1.f : 1.f;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const float o = __shfl_xor_sync(0xffffffffu, d[i], m);
+      d[i] = fmaf(sgn, d[i], o);  // lower: v + o, upper: o - v
+    }
+  }
+}
+
+// One m64 half to y (split 1, with the output transform) or into the accumulator (split > 1). `row` is this thread's
+// row after the quad shuffle (g + 8 (q & 1) of its warp's 16), rows >= m are skipped.
+__device__ __forceinline__ void store_half(float (&d)[64], const GemmParams& p, const GemmShard& sh, int row, int col0,
+                                           int q) {
+  const bool split1 = p.split <= 1;
+  if (split1) fwht128_quad(d, q);
+  const bool odd = (q & 1) != 0;
+  const int cq = col0 + 2 * (q & 2);  // first of this thread's 4 columns in each 8-column group
+  const int64_t rbase = (int64_t)row * p.n_total;
+  const bool in = row < p.m;
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j) {
+    // Lanes q, q ^ 1 hold columns 2q, 2q + 1 of rows g (x) and g + 8 (y): the even lane keeps row g and takes its
+    // partner's pair of row g, the odd lane keeps row g + 8: 4 consecutive columns 8j + 2 (q & 2) .. + 3 each.
+    const float x0 = d[4 * j], x1 = d[4 * j + 1], y0 = d[4 * j + 2], y1 = d[4 * j + 3];
+    const float r0 = __shfl_xor_sync(0xffffffffu, odd ? x0 : y0, 1);
+    const float r1 = __shfl_xor_sync(0xffffffffu, odd ? x1 : y1, 1);
+    float v0 = odd ? r0 : x0, v1 = odd ? r1 : x1, v2 = odd ? y0 : r0, v3 = odd ? y1 : r1;
+    const int col = cq + 8 * j;
+    if (in) {
+      if (split1) {
+        const uint2 sv = *reinterpret_cast<const uint2*>(sh.svh + (col - sh.col_offset));
+        const float2 s01 = __half22float2(*reinterpret_cast<const __half2*>(&sv.x));
+        const float2 s23 = __half22float2(*reinterpret_cast<const __half2*>(&sv.y));
+        v0 = v0 * kRsqrt128 * s01.x;
+        v1 = v1 * kRsqrt128 * s01.y;
+        v2 = v2 * kRsqrt128 * s23.x;
+        v3 = v3 * kRsqrt128 * s23.y;
+        if (p.bias != nullptr) {
+          const float4 b = *reinterpret_cast<const float4*>(p.bias + col);
+          v0 += b.x; v1 += b.y; v2 += b.z; v3 += b.w;
+        }
+        store4_rn(p.y, rbase + col, v0, v1, v2, v3, p.y_bf16 != 0);
+      } else {
+        red_add_f32x4(p.acc + rbase + col, make_float4(v0, v1, v2, v3));
+      }
+    }
+  }
+}
+
+template <int CB>
+__global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const __grid_constant__ WgmmaParams wp) {
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t smem = (smem_u32(smem_raw) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
+  const GemmParams& p = wp.g;
+  const int col0 = blockIdx.x * kBN, row0 = blockIdx.y * kBM;
+  const int shard = shard_of(p.shard, p.num_shards, col0);
+  const int total = p.k / kBK;
+  const int sps = p.k16_per_split / (kBK / 16);
+  const int s_begin = blockIdx.z * sps;
+  const int ns = max(0, min(total, s_begin + sps) - s_begin);
+  const uint32_t full0 = smem + kBarOff, empty0 = full0 + 8 * kStages;
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(full0 + 8 * i, kProducers + 1);
+      mbar_init(empty0 + 8 * i, kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  // Role split on warpgroup boundaries; the warpgroup index goes through a shuffle so that ptxas knows it is
+  // warp-uniform (with the raw threadIdx.x compare it treated the consumer path as divergent and serialized every
+  // wgmma, C7518). Producer first with a return, consumer as the fall-through: the prototype's P = 1 layout, the one
+  // that drew no wgmma remark and no spills.
+  const int wgi = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
+  if (wgi == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProdRegs));
+    const GemmShard& sh = p.shard[shard];
+    dispatch_k2<CB>(sh.K2, [&](auto k2_c) {
+      producer<CB, decltype(k2_c)::value>(wp, sh, shard, smem, s_begin, ns, row0, col0 / 16 - sh.col_offset / 16);
+    });
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsRegs));
+  const int ct = threadIdx.x - kProducers;  // 0..255
+  const int cw = ct >> 7;                   // consumer warpgroup: block rows [128 cw, 128 cw + 128)
+  const int wl = (ct >> 5) & 3, lane = ct & 31, g = lane >> 2, q = lane & 3;
+  float acc0[64], acc1[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    acc0[i] = 0.f;
+    acc1[i] = 0.f;
+  }
+  const int rows_wg = p.m - (row0 + 128 * cw);
+  const int nm = rows_wg <= 0 ? 0 : (rows_wg <= 64 ? 1 : 2);
+  if (nm == 2) consumer_loop<2>(smem, ns, cw, acc0, acc1);
+  else if (nm == 1) consumer_loop<1>(smem, ns, cw, acc0, acc1);
+  else consumer_loop<0>(smem, ns, cw, acc0, acc1);
+  pdl_launch_dependents();  // the split-k epilogue (if any) may launch; it waits for this grid to finish
+  if (p.split > 1 && ns == 0) return;  // an empty k slice adds nothing
+  const GemmShard& sh = p.shard[shard];
+  const int row = row0 + 128 * cw + 16 * wl + g + 8 * (q & 1);
+  if (nm >= 1) store_half(acc0, p, sh, row, col0, q);
+  if (nm >= 2) store_half(acc1, p, sh, row + 64, col0, q);
+}
+
+// ------------------------------------------------------------------ host
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiledFn encode_fn() {
+  static const EncodeTiledFn fn = []() -> EncodeTiledFn {  // thread-safe static init, once per process
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    return reinterpret_cast<EncodeTiledFn>(f);
+  }();
+  return fn;
+}
+
+// Tensor map of xh [S, m, k] fp16 (shard s at xh + s m k, as ops.cpp lays it out): dim 0 = k (contiguous), 1 = m,
+// 2 = S; box 64 x 256 x 1 = one A stage (64 fp16 = 128 bytes = one 128-byte swizzle row, the SWIZZLE_128B limit for the
+// inner box dimension). Rows >= m of a shard are out of bounds in dim 1 and zero-filled (OOB fill NONE = zeros).
+cudaError_t encode_xh_map(CUtensorMap* map, const GemmParams& p) {
+  const EncodeTiledFn encode = encode_fn();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  const uint16_t* base = p.shard[0].xh;
+  for (int i = 1; i < p.num_shards; ++i)
+    if (p.shard[i].xh != base + (int64_t)i * p.m * p.k) return cudaErrorInvalidValue;
+  const cuuint64_t dims[3] = {(cuuint64_t)p.k, (cuuint64_t)p.m, (cuuint64_t)p.num_shards};
+  const cuuint64_t strides[2] = {(cuuint64_t)p.k * 2, (cuuint64_t)p.m * p.k * 2};  // bytes, multiples of 16
+  const cuuint32_t box[3] = {(cuuint32_t)kBK, (cuuint32_t)kBM, 1};
+  const cuuint32_t estr[3] = {1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, const_cast<uint16_t*>(base), dims, strides, box,
+                            estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+template <int CB>
+cudaError_t launch_cb(const WgmmaParams& wp, cudaStream_t stream) {
+  const GemmParams& p = wp.g;
+  int max_K2 = 0;
+  for (int i = 0; i < p.num_shards; ++i) max_K2 = p.shard[i].K2 > max_K2 ? p.shard[i].K2 : max_K2;
+  // The dynamic shared memory opt-in is a per-device function attribute: set once per device to the largest K.
+  static unsigned attr_set_mask = 0;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev >= 32 || !((attr_set_mask >> dev) & 1u)) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(wgmma_gemm_kernel<CB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(16));
+    if (e != cudaSuccess) return e;
+    if (dev < 32) attr_set_mask |= 1u << dev;
+  }
+  const dim3 grid(p.n_total / kBN, (p.m + kBM - 1) / kBM, p.split);
+  static const bool image_pdl = kernel_has_pdl(wgmma_gemm_kernel<CB>);
+  return launch_maybe_pdl(wgmma_gemm_kernel<CB>, grid, dim3(kThreads), smem_bytes(max_K2), stream,
+                          p.pdl != 0 && image_pdl, wp);
+}
+
+}  // namespace wg
+
+bool gemm_wgmma_built(int codebook) { return codebook >= 0 && codebook <= 2 && ((EXL3_WGMMA_CB_MASK >> codebook) & 1); }
+
+cudaError_t launch_gemm_wgmma(const GemmParams& p, int codebook, cudaStream_t stream) {
+  if (!gemm_wgmma_built(codebook) || p.num_shards < 1 || p.m <= 0 || p.k % wg::kBK != 0 || p.n_total % wg::kBN != 0)
+    return cudaErrorInvalidValue;
+  wg::WgmmaParams wp{};
+  wp.g = p;
+  cudaError_t e = wg::encode_xh_map(&wp.tmap_a, p);
+  if (e != cudaSuccess) return e;
+  e = cudaErrorInvalidValue;
+#if EXL3_WGMMA_CB_MASK & 1
+  if (codebook == 0) e = wg::launch_cb<0>(wp, stream);
+#endif
+#if EXL3_WGMMA_CB_MASK & 2
+  if (codebook == 1) e = wg::launch_cb<1>(wp, stream);
+#endif
+#if EXL3_WGMMA_CB_MASK & 4
+  if (codebook == 2) e = wg::launch_cb<2>(wp, stream);
+#endif
+  if (e != cudaSuccess || p.split <= 1) return e;
+  return launch_output_transform(p, stream);
+}
+
+}  // namespace exl3
