@@ -13,6 +13,11 @@ import json
 from pathlib import Path
 
 
+def _short(plan: str) -> str:
+    """'gemm(bm=128,split=3)' -> 'bm=128,split=3'; other plans ('wgmma(split=3)', 'reconstruct_n') unchanged."""
+    return plan[len("gemm("):-1] if plan.startswith("gemm(") and plan.endswith(")") else plan
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", help="markdown path; the merged JSON goes next to it")
@@ -41,7 +46,7 @@ def main() -> None:
         cells = []
         for ix in index:
             p = ix.get(key)
-            cells.append("-" if p is None else f"{p['ours_us']:.1f} ({p['plan'].replace('gemm(', '').rstrip(')')})")
+            cells.append("-" if p is None else f"{p['ours_us']:.1f} ({_short(p['plan'])})")
         p0, pn = index[0].get(key), index[-1].get(key)
         cub = f"{p0['cublas_us']:.1f}" if p0 else "-"
         ratio = f"{pn['ours_us'] / p0['ours_us']:.3f}" if p0 and pn else "-"

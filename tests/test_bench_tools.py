@@ -34,18 +34,18 @@ def test_report_ab_rows_and_ratio(tmp_path):
     import json
     import subprocess
 
-    def run(us):
+    def run(us, plan="gemm(bm=16,split=6)"):
         return {"gpu": "H200", "torch": "2.11.0", "codebook": "mcg",
-                "points": [{"shape": "4096x11008", "K": 4.0, "m": 1, "plan": "gemm(bm=16,split=6)", "ours_us": us,
+                "points": [{"shape": "4096x11008", "K": 4.0, "m": 1, "plan": plan, "ours_us": us,
                             "cublas_us": 25.0}]}
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(run(20.0)))
-    b.write_text(json.dumps(run(19.0)))
+    b.write_text(json.dumps(run(19.0, "wgmma(split=3)")))
     out = tmp_path / "ab.md"
     subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "bench" / "report_ab.py"), str(out),
                     f"main={a}", f"new={b}", "--title", "t"], check=True, capture_output=True)
     row = [line for line in out.read_text().splitlines() if line.startswith("| 4096x11008")]
-    assert row == ["| 4096x11008 | 4 | 1 | 20.0 (bm=16,split=6) | 19.0 (bm=16,split=6) | 25.0 | 0.950 |"]
+    assert row == ["| 4096x11008 | 4 | 1 | 20.0 (bm=16,split=6) | 19.0 (wgmma(split=3)) | 25.0 | 0.950 |"]
     assert set(json.loads(out.with_suffix(".json").read_text())) == {"main", "new"}
 
 

@@ -334,8 +334,9 @@ def test_wgmma_not_usable_off_gpu():
     assert _ops.wgmma_built() in (True, False)
 
 
-def test_wgmma_candidates_are_opt_in(monkeypatch):
-    """The autotuner is offered the wgmma GEMM only with CUDA_EXL3_WGMMA=1, and then only where it is usable."""
+def test_wgmma_candidates_on_by_default(monkeypatch):
+    """The autotuner is offered the wgmma GEMM where it is usable (built for the codebook, compute capability 9.0),
+    unless CUDA_EXL3_WGMMA=0."""
     import torch
 
     from exl3_kernels import _ops, linear
@@ -343,7 +344,8 @@ def test_wgmma_candidates_are_opt_in(monkeypatch):
     monkeypatch.setattr(_ops, "wgmma_usable", lambda device, cb: cb == 1)
     monkeypatch.delenv("CUDA_EXL3_WGMMA", raising=False)
     dev = torch.device("cuda", 0)
-    assert not linear.wgmma_offered(dev, 1)
+    assert linear.wgmma_offered(dev, 1)
+    assert not linear.wgmma_offered(dev, 2)
     monkeypatch.setenv("CUDA_EXL3_WGMMA", "1")
     assert linear.wgmma_offered(dev, 1)
     assert not linear.wgmma_offered(dev, 2)

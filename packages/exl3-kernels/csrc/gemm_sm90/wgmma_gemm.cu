@@ -3,7 +3,8 @@
 // GEMM (GemmParams: shards addressed by absolute column, each with its own xh, trellis, svh and K2; split-k through
 // the process-wide fp32 accumulator and splitk_epilogue). Integrated from bench/wgmma_gemm_proto.cu (full-tma, all 12
 // checks passed on the H200 at a1ddb41; the decode-ahead loop and the quad-shuffle output of d8615a1, built, not run).
-// GPU-untested in this form: see docs/hopper-gemm.md, "Integration".
+// GPU-tested on the H200 (4d792ef: tests/gpu/test_wgmma_gpu.py, compute-sanitizer clean); docs/hopper-gemm.md,
+// "Integration".
 //
 // This translation unit is compiled for sm_90a only (setup.py; wgmma and setmaxnreg exist on sm_90a alone); builds
 // without 9.0 in TORCH_CUDA_ARCH_LIST link wgmma_stub.cpp instead (gemm_wgmma_built() = 0).
@@ -100,7 +101,7 @@
 #ifndef EXL3_WGMMA_CB_MASK
 #define EXL3_WGMMA_CB_MASK 0x7
 #endif
-// Producer order: 1 = decode up to 3 stages ahead of the MMA (d8615a1, built, never run on a GPU); 0 = the order of
+// Producer order: 1 = decode up to 3 stages ahead of the MMA (d8615a1's loop; passed the GPU tests at 4d792ef); 0 = the order of
 // a1ddb41 (passed its 12 checks on the H200), the fallback if the first run of 1 fails (NVCC_APPEND_FLAGS=
 // -DEXL3_WGMMA_DECODE_AHEAD=0 with its own build_ext -t directory).
 #ifndef EXL3_WGMMA_DECODE_AHEAD

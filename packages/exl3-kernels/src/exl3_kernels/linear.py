@@ -267,10 +267,10 @@ _register()
 
 
 def wgmma_offered(device: torch.device, codebook: int) -> bool:
-    """Whether the autotuner may time the wgmma GEMM for this layer: opt-in with CUDA_EXL3_WGMMA=1 (default off until
-    the path has passed its GPU tests, branch gemm-wgmma-op) and usable on ``device`` (built for ``codebook``, compute
-    capability 9.0). The pin CUDA_EXL3_PATH=wgmma does not depend on it."""
-    return env.get_bool("WGMMA", False) and _ops.wgmma_usable(device, codebook)
+    """Whether the autotuner may time the wgmma GEMM for this layer: usable on ``device`` (built for ``codebook``,
+    compute capability 9.0) and not switched off with CUDA_EXL3_WGMMA=0 (on by default since its GPU tests passed on
+    the H200, 4d792ef). The pin CUDA_EXL3_PATH=wgmma does not depend on it."""
+    return env.get_bool("WGMMA", True) and _ops.wgmma_usable(device, codebook)
 
 
 def exl3_linear(x: torch.Tensor, layer: Exl3Layer) -> torch.Tensor:

@@ -174,7 +174,7 @@ def test_wgmma_layer_pin_and_autotune(dtype, monkeypatch):
     monkeypatch.delenv("CUDA_EXL3_PATH")
     monkeypatch.delenv("CUDA_EXL3_SPLIT")
     monkeypatch.delenv("CUDA_EXL3_AUTOTUNE")
-    monkeypatch.setenv("CUDA_EXL3_WGMMA", "1")  # the candidates are opt-in
+    monkeypatch.setenv("CUDA_EXL3_WGMMA", "1")  # on by default; set in case the caller's environment turned it off
     autotune.clear()
     x = torch.randn(256, 2048, device="cuda", dtype=dtype)
     y = exl3_linear(x, layer)
