@@ -28,8 +28,9 @@
 //   [128 KB, 192 KB)   B ring: 4 stages of 128 columns x 64 k fp16 (16 KB), the same layout with the output column as
 //                      the row (K-major B, wgmma imm-trans-b = 0).
 //   [192 KB, +64)      mbarriers full[4], empty[4]; K2-independent offset, so the consumer code has one copy for all K.
-//   [192 KB + 128, ..) raw trellis ring: 4 stages of 4 x 8 tiles x 16 K2 bytes, copied verbatim by cp.async.
-//   Total 209 KiB at K = 4, 225 KiB at K = 8 (+ 1 KiB alignment slack; the sm_90 opt-in limit is 227 KiB); the
+//   [192 KB + 128, +1 KB) the block's 128 svh then 128 bias values, fp32, staged by the producers for the epilogue.
+//   [193 KB + 128, ..) raw trellis ring: 4 stages of 4 x 8 tiles x 16 K2 bytes, copied verbatim by cp.async.
+//   Total 210 KiB at K = 4, 226 KiB at K = 8 (+ 1 KiB alignment slack; the sm_90 opt-in limit is 227 KiB); the
 //   launch sizes it for the largest K of the layer's shards.
 //   Descriptors: start = slot + (m64 half) * 8 KB + kk * 32 bytes (the k16 step moves 2 chunks inside the swizzle
 //   atom; the hardware applies the XOR after adding it), LBO 16 (unused for swizzled K-major), SBO 1024, swizzle mode
@@ -131,7 +132,13 @@ constexpr int kBStageBytes = kBN * kBK * 2;  // 16 KB
 constexpr int kAOff = 0;
 constexpr int kBOff = kStages * kAStageBytes;
 constexpr int kBarOff = kBOff + kStages * kBStageBytes;
-constexpr int kTOff = kBarOff + 128;
+// Epilogue parameters of the block's 128 columns, staged once by the producers (fp32 svh, then fp32 bias): the
+// consumers' epilogue reads them with one 16-byte ld.shared per 4 columns. Read from global memory inside the store
+// loop, each svh load sat behind the previous group's y stores (the compiler cannot prove y and svh apart), 32
+// dependent global round trips per thread: ncu at m = 256 put 25% of the consumer warps' samples in the epilogue,
+// most of them long-scoreboard waits on those loads (bench/results/profiles/ncu-wgmma-c6cf09d/).
+constexpr int kEpiOff = kBarOff + 128;
+constexpr int kTOff = kEpiOff + 2 * kBN * 4;
 __host__ __device__ constexpr int t_stage_bytes(int K2) { return (kBK / 16) * (kBN / 16) * 4 * K2 * 4; }
 __host__ __device__ constexpr int smem_bytes(int K2) { return kTOff + kRaw * t_stage_bytes(K2) + 1024; }  // +align
 static_assert(smem_bytes(16) <= 227 * 1024, "sm_90 opt-in shared memory per block");
@@ -267,6 +274,21 @@ __device__ __forceinline__ void decode_tile(const uint32_t (&w)[3], int r, uint3
   decode_window_fragments<CB, K2>(w[0], w[1], w[2], r, frag, dk);
 }
 
+// Producer thread pt (0..127) stages column col0 + pt's svh (fp16 -> fp32, exact) and bias (0 without one) for the
+// epilogue of split 1 (split > 1 writes raw partial sums). Layer parameters, not written by the preceding kernel, so
+// this may run before griddepcontrol.wait. Visible to the consumers through full[]: every producer thread arrives on
+// full after these stores (mbarrier arrive = release, try_wait = acquire, CTA scope), and a split-1 consumer passes at
+// least one full phase (ns >= 1) before its epilogue.
+__device__ __forceinline__ void stage_epilogue_params(const GemmParams& p, const GemmShard& sh, uint32_t smem, int col0,
+                                                      int pt) {
+  if (p.split > 1) return;
+  const int col = col0 + pt;
+  const float sv = __half2float(*reinterpret_cast<const __half*>(sh.svh + (col - sh.col_offset)));
+  const float b = p.bias != nullptr ? p.bias[col] : 0.f;
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(smem + kEpiOff + 4 * pt), "f"(sv) : "memory");
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(smem + kEpiOff + 4 * kBN + 4 * pt), "f"(b) : "memory");
+}
+
 template <int CB, int K2>
 __device__ __forceinline__ void producer(const WgmmaParams& wp, const GemmShard& sh, int shard, uint32_t smem,
                                          int s_begin, int ns, int row0, int tn0) {
@@ -346,6 +368,7 @@ __device__ __forceinline__ void producer(const WgmmaParams& wp, const GemmShard&
     if (s < ns) issue_raw(s);
     cp_commit_m();
   }
+  stage_epilogue_params(wp.g, sh, smem, blockIdx.x * kBN, pt);
   pdl_wait();
   if (pt == 0)
     for (int s = 0; s < min(ns, kStages); ++s) issue_a(s);  // the ring starts empty: 4 stages of A at once
@@ -375,6 +398,7 @@ __device__ __forceinline__ void producer(const WgmmaParams& wp, const GemmShard&
     if (s < ns) issue_raw(s);
     cp_commit_m();
   }
+  stage_epilogue_params(wp.g, sh, smem, blockIdx.x * kBN, pt);
   pdl_wait();
   if (pt == 0)
     for (int s = 0; s < min(ns, kAhead2); ++s) issue_a(s);
@@ -427,6 +451,13 @@ __device__ __forceinline__ void consumer_loop(uint32_t smem, int ns, int cw, flo
   fence_acc(acc1);
 }
 
+__device__ __forceinline__ float4 lds_f32x4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr)
+               : "memory");
+  return v;
+}
+
 // 128-point FWHT of the rows held by a quad (see the header): in-register stages over column bits 0 and 3-6, then the
 // quad stages over bits 1-2. Lower index of a pair keeps a + b, the upper gets a - b (hadamard.cuh's convention).
 __device__ __forceinline__ void fwht128_quad(float (&d)[64], int q) {
@@ -459,7 +490,7 @@ __device__ __forceinline__ void fwht128_quad(float (&d)[64], int q) {
 
 // One m64 half to y (split 1, with the output transform) or into the accumulator (split > 1). `row` is this thread's
 // row after the quad shuffle (g + 8 (q & 1) of its warp's 16), rows >= m are skipped.
-__device__ __forceinline__ void store_half(float (&d)[64], const GemmParams& p, const GemmShard& sh, int row, int col0,
+__device__ __forceinline__ void store_half(float (&d)[64], const GemmParams& p, uint32_t epi, int row, int col0,
                                            int q) {
   const bool split1 = p.split <= 1;
   if (split1) fwht128_quad(d, q);
@@ -478,15 +509,17 @@ __device__ __forceinline__ void store_half(float (&d)[64], const GemmParams& p, 
     const int col = cq + 8 * j;
     if (in) {
       if (split1) {
-        const uint2 sv = *reinterpret_cast<const uint2*>(sh.svh + (col - sh.col_offset));
-        const float2 s01 = __half22float2(*reinterpret_cast<const __half2*>(&sv.x));
-        const float2 s23 = __half22float2(*reinterpret_cast<const __half2*>(&sv.y));
-        v0 = v0 * kRsqrt128 * s01.x;
-        v1 = v1 * kRsqrt128 * s01.y;
-        v2 = v2 * kRsqrt128 * s23.x;
-        v3 = v3 * kRsqrt128 * s23.y;
+        // svh and bias of the 4 columns from the staged copy (stage_epilogue_params): one 16-byte ld.shared each;
+        // the 8 g-lanes of a quad position read the same address (broadcast), q & 2 picks one of two 16-byte
+        // chunks, so a warp's load touches 2 distinct chunks: no bank conflict.
+        const uint32_t e = epi + 4 * (col - col0);
+        const float4 sv = lds_f32x4(e);
+        v0 = v0 * kRsqrt128 * sv.x;
+        v1 = v1 * kRsqrt128 * sv.y;
+        v2 = v2 * kRsqrt128 * sv.z;
+        v3 = v3 * kRsqrt128 * sv.w;
         if (p.bias != nullptr) {
-          const float4 b = *reinterpret_cast<const float4*>(p.bias + col);
+          const float4 b = lds_f32x4(e + 4 * kBN);
           v0 += b.x; v1 += b.y; v2 += b.z; v3 += b.w;
         }
         store4_rn(p.y, rbase + col, v0, v1, v2, v3, p.y_bf16 != 0);
@@ -549,10 +582,9 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const __grid_co
   else consumer_loop<0>(smem, ns, cw, acc0, acc1);
   pdl_launch_dependents();  // the split-k epilogue (if any) may launch; it waits for this grid to finish
   if (p.split > 1 && ns == 0) return;  // an empty k slice adds nothing
-  const GemmShard& sh = p.shard[shard];
   const int row = row0 + 128 * cw + 16 * wl + g + 8 * (q & 1);
-  if (nm >= 1) store_half(acc0, p, sh, row, col0, q);
-  if (nm >= 2) store_half(acc1, p, sh, row + 64, col0, q);
+  if (nm >= 1) store_half(acc0, p, smem + kEpiOff, row, col0, q);
+  if (nm >= 2) store_half(acc1, p, smem + kEpiOff, row + 64, col0, q);
 }
 
 // ------------------------------------------------------------------ host
