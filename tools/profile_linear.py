@@ -43,7 +43,8 @@ def main():
     ap.add_argument("--split", type=int, default=1)
     ap.add_argument("--cb", type=int, default=1)
     ap.add_argument("--path", choices=["gemm", "wgmma"], default="gemm",
-                    help="ncu mode: the GEMM launched (wgmma: the Hopper GEMM, --bm ignored)")
+                    help="ncu mode: the GEMM launched (wgmma: the Hopper GEMM, --bm ignored); breakdown mode with "
+                         "wgmma: only the input transform and the wgmma rows")
     a = ap.parse_args()
     cbname = ["3inst", "mcg", "mul1"][a.cb]
     Ls = layers(a.k, a.n, a.K, cbname, copies_for(int(a.k * a.n * a.K / 8)) if a.mode == "breakdown" else 1)
@@ -67,7 +68,7 @@ def main():
         xh = _ops.input_transform(x, Ls[0].suh)
         t_in = graph_time_us([lambda L=L: _ops.input_transform(x, L.suh) for L in Ls])
         rows = [f"m={m}: input_transform {t_in:.1f} us"]
-        for bm in [b for c, b in _ops.built_instances() if c == a.cb]:
+        for bm in ([] if a.path == "wgmma" else [b for c, b in _ops.built_instances() if c == a.cb]):
             for split in (1, 2, 4, 8, 16):
                 if split > 1 and m * a.n > workspace.splitk_capacity():
                     continue
@@ -80,6 +81,9 @@ def main():
                 t = graph_time_us([lambda L=L: _ops.gemm_wgmma(xh, L.trellis, L.svh, None, a.cb, split, acc, x.dtype)
                                    for L in Ls])
                 rows.append(f"  wgmma split={split}: {t:.1f} us")
+        if a.path == "wgmma":
+            print("\n".join(rows), flush=True)
+            continue
         lohi_bms = ([b for c, b in _ops.built_instances(lohi=True) if c == a.cb]
                     if "lohi" in _ops.built_instances.__code__.co_varnames else [])  # from gemm-lohi on
         if lohi_bms:
