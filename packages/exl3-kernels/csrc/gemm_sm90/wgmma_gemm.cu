@@ -3,7 +3,8 @@
 // GEMM (GemmParams: shards addressed by absolute column, each with its own xh, trellis, svh and K2; split-k through
 // the process-wide fp32 accumulator and splitk_epilogue). Integrated from bench/wgmma_gemm_proto.cu (full-tma, all 12
 // checks passed on the H200 at a1ddb41; the decode-ahead loop and the quad-shuffle output of d8615a1, built, not run).
-// GPU-tested on the H200 (4d792ef: tests/gpu/test_wgmma_gpu.py, compute-sanitizer clean); docs/hopper-gemm.md,
+// GPU-tested on the H200 (4d792ef, and with the staged epilogue parameters at 34f1168: tests/gpu/test_wgmma_gpu.py,
+// compute-sanitizer clean); docs/hopper-gemm.md,
 // "Integration".
 //
 // This translation unit is compiled for sm_90a only (setup.py; wgmma and setmaxnreg exist on sm_90a alone); builds
@@ -108,19 +109,6 @@
 #ifndef EXL3_WGMMA_DECODE_AHEAD
 #define EXL3_WGMMA_DECODE_AHEAD 1
 #endif
-// Tiles of each 64 x 128 B stage (32 trellis tiles) that every consumer warp decodes itself, between issuing its
-// wgmmas and waiting for them: 0 = the producer warpgroup decodes all 32 (8 per warp); 2 = the 8 consumer warps decode
-// tile rows 2-3 (2 tiles each) and the 4 producer warps tile rows 0-1 (4 each). Why: ncu of the kernel at m = 256
-// (bench/results/profiles/ncu-wgmma-c6cf09d/) found the consumers waiting on full[] for 55% of their loop samples
-// while the single producer warp of each scheduler issued only every 4th cycle (stalls: dispatch 25%, fixed-latency
-// dependency 17%, instruction fetch 15%), i.e. the decode has too few warps, not too few issue slots.
-#ifndef EXL3_WGMMA_CONS_TILES
-#define EXL3_WGMMA_CONS_TILES 0
-#endif
-// Consumer decode: window words loaded 2 iterations ahead (1) or 1 (0, fewer registers).
-#ifndef EXL3_WGMMA_CONS_AHEAD2
-#define EXL3_WGMMA_CONS_AHEAD2 0
-#endif
 // Bound of every mbarrier wait in ns; 0 = unbounded.
 #ifndef EXL3_WGMMA_WAIT_TIMEOUT_NS
 #define EXL3_WGMMA_WAIT_TIMEOUT_NS 60000000000ull
@@ -134,9 +122,6 @@ constexpr int kStages = 4;      // A/B ring
 constexpr int kRaw = 4;         // raw trellis ring
 constexpr int kAheadT = 3;      // raw trellis copied this many stages ahead of the decode
 static_assert(kAheadT + 1 <= kRaw, "raw ring: stage s + kAheadT reuses the slot of stage s - 1");
-constexpr int kConsTiles = EXL3_WGMMA_CONS_TILES;  // tiles per consumer warp and stage
-static_assert(kConsTiles == 0 || kConsTiles == 2, "consumer decode shares: 0 or 2 tiles per consumer warp");
-constexpr int kProdTiles = 8 - 2 * kConsTiles;    // tiles per producer warp and stage (4 producer warps)
 constexpr int kProducers = 128;
 constexpr int kConsumers = 256;
 constexpr int kThreads = kProducers + kConsumers;
@@ -155,9 +140,7 @@ constexpr int kBarOff = kBOff + kStages * kBStageBytes;
 // most of them long-scoreboard waits on those loads (bench/results/profiles/ncu-wgmma-c6cf09d/).
 constexpr int kEpiOff = kBarOff + 128;
 constexpr int kTOff = kEpiOff + 2 * kBN * 4;
-// Raw trellis ring stage: the producers' tiles only (4 warps x kProdTiles tiles x 16 K2 bytes); consumers load their
-// own tiles' window words from global memory into registers.
-__host__ __device__ constexpr int t_stage_bytes(int K2) { return 4 * kProdTiles * 4 * K2 * 4; }
+__host__ __device__ constexpr int t_stage_bytes(int K2) { return (kBK / 16) * (kBN / 16) * 4 * K2 * 4; }
 __host__ __device__ constexpr int smem_bytes(int K2) { return kTOff + kRaw * t_stage_bytes(K2) + 1024; }  // +align
 static_assert(smem_bytes(16) <= 227 * 1024, "sm_90 opt-in shared memory per block");
 
@@ -314,21 +297,18 @@ __device__ __forceinline__ void producer(const WgmmaParams& wp, const GemmShard&
   constexpr int kTileWords = 4 * K2;
   constexpr int kTileBytes = 4 * kTileWords;  // K2 16-byte chunks
   constexpr int kTStage = t_stage_bytes(K2);
-  constexpr int kRawChunks = kProdTiles * K2;  // 16-byte chunks of one warp's tiles per stage
+  constexpr int kRawChunks = 8 * K2;          // 16-byte chunks of one warp's tile row per stage
   constexpr int kRawPer = (kRawChunks + 31) / 32;
   constexpr int kWords = B::kUsesWord2 ? 3 : 2;  // window words a lane reads
-  const int pt = threadIdx.x, wp_i = pt >> 5, lane = pt & 31, g = lane >> 2, q = lane & 3;
-  // Warp wp_i decodes kProdTiles consecutive tiles of tile row tr, from tile column tc0 (8 / kProdTiles warps a row).
-  constexpr int kWarpsPerRow = 8 / kProdTiles;
-  const int tr = wp_i / kWarpsPerRow, tc0 = (wp_i % kWarpsPerRow) * kProdTiles;
+  const int pt = threadIdx.x, tr = pt >> 5, lane = pt & 31, g = lane >> 2, q = lane & 3;
   const int tiles_n = sh.n / 16;
   const uint32_t full0 = smem + kBarOff, empty0 = full0 + 8 * kStages;
 
   // Raw trellis: warp tr copies tile row tr of the stage (8 tiles, contiguous in global memory: trellis[tk][tn0..+7])
   // and only this warp reads it, so cp.async.wait_group + __syncwarp orders copy and reads.
-  const uint32_t* t_row_src = sh.trellis + ((int64_t)(4 * s_begin + tr) * tiles_n + tn0 + tc0) * kTileWords;
+  const uint32_t* t_row_src = sh.trellis + ((int64_t)(4 * s_begin + tr) * tiles_n + tn0) * kTileWords;
   const int64_t t_stage_words = (int64_t)4 * tiles_n * kTileWords;
-  const uint32_t t_dst0 = smem + kTOff + (uint32_t)(wp_i * kProdTiles * kTileBytes + 16 * lane);
+  const uint32_t t_dst0 = smem + kTOff + (uint32_t)(tr * 8 * kTileBytes + 16 * lane);
   auto issue_raw = [&](int s) __attribute__((always_inline)) {
     const char* src = reinterpret_cast<const char*>(t_row_src + s * t_stage_words) + 16 * lane;
     const uint32_t dst = t_dst0 + (uint32_t)((s % kRaw) * kTStage);
@@ -346,11 +326,11 @@ __device__ __forceinline__ void producer(const WgmmaParams& wp, const GemmShard&
   };
 
   const LaneWindow<K2> lw = LaneWindow<K2>::make(lane);
-  const uint32_t t_base = smem + kTOff + (uint32_t)(wp_i * kProdTiles * kTileBytes);
+  const uint32_t t_base = smem + kTOff + (uint32_t)(tr * 8 * kTileBytes);
   const uint32_t w0 = pin_u32(t_base + lw.off[0]), w1 = pin_u32(t_base + lw.off[1]), w2 = pin_u32(t_base + lw.off[2]);
   // Store addresses of this lane's two k chunks (c = 2 tr + kh), column n & 7 = g, word q.
-  const uint32_t xo0 = pin_u32(smem + kBOff + (uint32_t)(tc0 * 16 * 128 + g * 128 + (((2 * tr + 0) ^ g) << 4) + 4 * q));
-  const uint32_t xo1 = pin_u32(smem + kBOff + (uint32_t)(tc0 * 16 * 128 + g * 128 + (((2 * tr + 1) ^ g) << 4) + 4 * q));
+  const uint32_t xo0 = pin_u32(smem + kBOff + (uint32_t)(g * 128 + (((2 * tr + 0) ^ g) << 4) + 4 * q));
+  const uint32_t xo1 = pin_u32(smem + kBOff + (uint32_t)(g * 128 + (((2 * tr + 1) ^ g) << 4) + 4 * q));
   const DecodeConsts dk = DecodeConsts::make();
 
   auto decode_stage = [&](int s) __attribute__((always_inline)) {
@@ -360,17 +340,17 @@ __device__ __forceinline__ void producer(const WgmmaParams& wp, const GemmShard&
     const uint32_t b0 = xo0 + boff, b1 = xo1 + boff;
     // All window words first: each tile's loads would otherwise sit behind the previous tile's stores (ptxas keeps
     // shared loads after shared stores it cannot disambiguate).
-    uint32_t wv[kProdTiles][3];
-    static_for<kProdTiles>([&](auto i_c) {
+    uint32_t wv[8][3];
+    static_for<8>([&](auto i_c) {
       constexpr int i = decltype(i_c)::value;
       constexpr int kW = i * kTileBytes;
       wv[i][0] = lds_at<kW>(a0);
       wv[i][1] = lds_at<kW>(a1);
       wv[i][2] = kWords > 2 ? lds_at<kW>(a2) : 0u;
     });
-    static_for<kProdTiles>([&](auto i_c) {
+    static_for<8>([&](auto i_c) {
       constexpr int i = decltype(i_c)::value;
-      constexpr int kS = i * 16 * 128;  // tile column tc0 + i: 16 columns of 128 bytes
+      constexpr int kS = i * 16 * 128;  // tile column i: 16 columns of 128 bytes
       uint32_t frag[4];
       decode_tile<CB, K2>(wv[i], lw.r, frag, dk);
       // frag f: k chunk f & 1 (b0 / b1), column half f >> 1 (+8 columns = +1024 bytes).
@@ -479,124 +459,6 @@ __device__ __forceinline__ float4 lds_f32x4(uint32_t addr) {
   return v;
 }
 
-// Consumer loop with the consumers' share of the decode (EXL3_WGMMA_CONS_TILES = 2). Consumer warp cwarp (0..7) owns
-// tiles 4 kProdTiles + 2 cwarp, + 1 of every stage (tile rows 2-3). At iteration s it waits full(s), issues stage s's
-// wgmmas, then, while they run, decodes its tiles of stage s + 1 into B slot (s + 1) % 4 (after empty(s - 3): the
-// same condition under which the producers write that slot), fences to the async proxy and arrives on full(s + 1);
-// then wgmma.wait_group 1 and releases stage s - 1 as before. Stage 0's tiles are decoded before the loop. full[]
-// counts the 256 consumer threads too. Window words come from global memory straight into registers (no raw ring),
-// one iteration ahead (loaded at iteration s for stage s + 2, decoded at iteration s + 1), or two with
-// EXL3_WGMMA_CONS_AHEAD2.
-// Deadlock-free: a warpgroup at iteration s waits only for phases that the other warpgroup completes by its iteration
-// s - 2 (empty(s - 3)) or s - 1 (its share of full(s)), and for the producers' full(s), which needs empty(s - 4).
-template <int NM, int CB>
-__device__ __forceinline__ void consumer_loop_dec(const GemmShard& sh, int K2, uint32_t smem, int s_begin, int ns,
-                                                  int cw, int tn0, float (&acc0)[64], float (&acc1)[64]) {
-  // K-independent except for the decode itself, which switches on K2 per stage (dispatch_k2, a warp-uniform value):
-  // with the whole loop instantiated per K2 (11 bodies) ptxas spilled 1.8 KB and serialized the wgmmas (C7520) once
-  // more than 9 K2 bodies were compiled; each alone fitted in the 168 launch registers without a spill.
-  constexpr int kC = kConsTiles > 0 ? kConsTiles : 1;
-  const uint32_t full0 = smem + kBarOff, empty0 = full0 + 8 * kStages;
-  const uint64_t da0 = desc_sw128(smem + kAOff + (uint32_t)(cw * 128 * 128));
-  const uint64_t da1 = da0 + (uint64_t)((64 * 128) >> 4);
-  const uint64_t db = desc_sw128(smem + kBOff);
-  const int ct = threadIdx.x - kProducers, cwarp = ct >> 5, lane = ct & 31, g = lane >> 2, q = lane & 3;
-  const int t0 = 4 * kProdTiles + kConsTiles * cwarp;  // first tile (row-major over the stage's 4 x 8 tiles)
-  const int tr = t0 / 8, tc0 = t0 % 8;
-  const int tiles_n = sh.n / 16;
-  const int tile_words = 4 * K2;
-  // LaneWindow::make with a run-time K2: the lane's window starts at bit 8 t K + floor(K) - 16 of the tile ring.
-  int s0 = lane * tile_words + K2 / 2 - 16;
-  if (s0 < 0) s0 += 128 * K2;
-  const int wa = s0 >> 5, lr = s0 & 31;
-  const int wa1 = wa + 1 >= tile_words ? wa + 1 - tile_words : wa + 1;
-  const int wa2 = wa1 + 1 >= tile_words ? wa1 + 1 - tile_words : wa1 + 1;
-  // This lane's window words of tile i of stage s: src + s * stage_words + i * tile_words + wa*.
-  const uint32_t* src = sh.trellis + ((int64_t)(4 * s_begin + tr) * tiles_n + tn0 + tc0) * tile_words;
-  const int64_t stage_words = (int64_t)4 * tiles_n * tile_words;
-  const uint32_t xo0 = pin_u32(smem + kBOff + (uint32_t)(tc0 * 16 * 128 + g * 128 + (((2 * tr + 0) ^ g) << 4) + 4 * q));
-  const uint32_t xo1 = pin_u32(smem + kBOff + (uint32_t)(tc0 * 16 * 128 + g * 128 + (((2 * tr + 1) ^ g) << 4) + 4 * q));
-  const DecodeConsts dk = DecodeConsts::make();
-  auto load_raw = [&](int s, uint32_t (&r)[kC][3]) __attribute__((always_inline)) {
-    const uint32_t* b = src + s * stage_words;
-#pragma unroll
-    for (int i = 0; i < kC; ++i) {
-      r[i][0] = __ldg(b + i * tile_words + wa);
-      r[i][1] = __ldg(b + i * tile_words + wa1);
-      r[i][2] = __ldg(b + i * tile_words + wa2);
-    }
-  };
-  auto decode_share = [&](int s, const uint32_t (&r)[kC][3]) __attribute__((always_inline)) {
-    const uint32_t boff = (uint32_t)((s % kStages) * kBStageBytes);
-    const uint32_t b0 = xo0 + boff, b1 = xo1 + boff;
-    static_for<kC>([&](auto i_c) {
-      constexpr int i = decltype(i_c)::value;
-      constexpr int kS = i * 16 * 128;
-      uint32_t frag[4] = {0u, 0u, 0u, 0u};
-      dispatch_k2<CB>(K2, [&](auto k2_c) {
-        decode_window_fragments<CB, decltype(k2_c)::value>(r[i][0], r[i][1], r[i][2], lr, frag, dk);
-      });
-      sts_at<kS>(b0, frag[0]);
-      sts_at<kS>(b1, frag[1]);
-      sts_at<kS + 8 * 128>(b0, frag[2]);
-      sts_at<kS + 8 * 128>(b1, frag[3]);
-    });
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    mbar_arrive(full0 + 8 * (s % kStages));
-  };
-  if (ns <= 0) return;
-#if EXL3_WGMMA_CONS_AHEAD2
-  uint32_t rA[kC][3], rB[kC][3];  // window words of stages s + 1 and s + 2 at the top of iteration s
-  load_raw(0, rA);
-  if (ns > 1) load_raw(1, rB);
-  decode_share(0, rA);
-#pragma unroll
-  for (int i = 0; i < kC; ++i)
-#pragma unroll
-    for (int j = 0; j < 3; ++j) rA[i][j] = rB[i][j];
-  if (ns > 2) load_raw(2, rB);
-#else
-  uint32_t rA[kC][3];  // window words of stage s + 1 at the top of iteration s (loaded one iteration ahead)
-  load_raw(0, rA);
-  decode_share(0, rA);
-  if (ns > 1) load_raw(1, rA);
-#endif
-  for (int s = 0; s < ns; ++s) {
-    const int slot = s % kStages;
-    mbar_wait(full0 + 8 * slot, (s / kStages) & 1);
-    if constexpr (NM > 0) {
-      const uint64_t ao = (uint64_t)((slot * kAStageBytes) >> 4), bo = (uint64_t)((slot * kBStageBytes) >> 4);
-      wgmma_fence();
-      static_for<kBK / 16>([&](auto kk_c) {
-        constexpr int kk = decltype(kk_c)::value;
-        constexpr uint64_t ko = (kk * 32) >> 4;
-        wgmma_m64n128k16(acc0, da0 + ao + ko, db + bo + ko);
-        if constexpr (NM > 1) wgmma_m64n128k16(acc1, da1 + ao + ko, db + bo + ko);
-      });
-      wgmma_commit();
-    }
-    if (s + 1 < ns) {
-      const int u = s + 1 - kStages;  // the stage that last used slot (s + 1) % 4
-      if (u >= 0) mbar_wait(empty0 + 8 * (u % kStages), (u / kStages) & 1);
-      decode_share(s + 1, rA);
-#if EXL3_WGMMA_CONS_AHEAD2
-#pragma unroll
-      for (int i = 0; i < kC; ++i)
-#pragma unroll
-        for (int j = 0; j < 3; ++j) rA[i][j] = rB[i][j];
-      if (s + 3 < ns) load_raw(s + 3, rB);
-#else
-      if (s + 2 < ns) load_raw(s + 2, rA);
-#endif
-    }
-    if constexpr (NM > 0) wgmma_wait<1>();
-    if (s > 0) mbar_arrive(empty0 + 8 * ((s - 1) % kStages));
-  }
-  if constexpr (NM > 0) wgmma_wait<0>();
-  fence_acc(acc0);
-  fence_acc(acc1);
-}
-
 // 128-point FWHT of the rows held by a quad (see the header): in-register stages over column bits 0 and 3-6, then the
 // quad stages over bits 1-2. Lower index of a pair keeps a + b, the upper gets a - b (hadamard.cuh's convention).
 __device__ __forceinline__ void fwht128_quad(float (&d)[64], int q) {
@@ -684,7 +546,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const __grid_co
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
-      mbar_init(full0 + 8 * i, kProducers + 1 + (kConsTiles > 0 ? kConsumers : 0));
+      mbar_init(full0 + 8 * i, kProducers + 1);
       mbar_init(empty0 + 8 * i, kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -716,19 +578,9 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const __grid_co
   }
   const int rows_wg = p.m - (row0 + 128 * cw);
   const int nm = rows_wg <= 0 ? 0 : (rows_wg <= 64 ? 1 : 2);
-  if constexpr (kConsTiles > 0) {
-    const GemmShard& shc = p.shard[shard];
-    const int tn0 = col0 / 16 - shc.col_offset / 16;
-    // K2 through a shuffle, as wgi above, so that ptxas treats the decode's switch as warp-uniform.
-    const int k2u = __shfl_sync(0xffffffffu, shc.K2, 0);
-    if (nm == 2) consumer_loop_dec<2, CB>(shc, k2u, smem, s_begin, ns, cw, tn0, acc0, acc1);
-    else if (nm == 1) consumer_loop_dec<1, CB>(shc, k2u, smem, s_begin, ns, cw, tn0, acc0, acc1);
-    else consumer_loop_dec<0, CB>(shc, k2u, smem, s_begin, ns, cw, tn0, acc0, acc1);
-  } else {
-    if (nm == 2) consumer_loop<2>(smem, ns, cw, acc0, acc1);
-    else if (nm == 1) consumer_loop<1>(smem, ns, cw, acc0, acc1);
-    else consumer_loop<0>(smem, ns, cw, acc0, acc1);
-  }
+  if (nm == 2) consumer_loop<2>(smem, ns, cw, acc0, acc1);
+  else if (nm == 1) consumer_loop<1>(smem, ns, cw, acc0, acc1);
+  else consumer_loop<0>(smem, ns, cw, acc0, acc1);
   pdl_launch_dependents();  // the split-k epilogue (if any) may launch; it waits for this grid to finish
   if (p.split > 1 && ns == 0) return;  // an empty k slice adds nothing
   const int row = row0 + 128 * cw + 16 * wl + g + 8 * (q & 1);
