@@ -610,29 +610,6 @@ def test_input_transform_bf16_out_matches_fp16_out(x_dtype):
         torch.testing.assert_close(b[s].float(), exact.float(), rtol=2.0 ** -7, atol=1e-6)
 
 
-@pytest.mark.parametrize("x_dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("out", ["fp16", "bf16", "lohi"])
-def test_input_transform_batched_tasks_match_single(x_dtype, out):
-    """From 16384 (row, 128-column) tasks on, each warp of the input transform takes 4 of them with the loads batched
-    (csrc/transform/input.cu, kT = 4); below, one. The arithmetic per task is the same, so every row of a large call
-    equals the same rows transformed in a small call, bit for bit: first, middle and last rows (the last block of the
-    large grid is partly empty: 601 x 33 tasks), two shards, a row stride wider than k."""
-    k, m = 33 * 128, 601
-    assert m * (k // 128) >= 16384 > 9 * (k // 128)  # kInputTransformBatchFrom: large call batched, small calls not
-    _, suh, _, _ = random_layer(k, [128, 128], [8, 8], seed=17)
-    x = torch.randn(m, k + 64, device="cuda", dtype=x_dtype)[:, :k]  # row stride k + 64
-
-    def it(v):
-        if out == "lohi":
-            return _ops.input_transform(v, suh, lohi=True)
-        return _ops.input_transform(v, suh, torch.bfloat16 if out == "bf16" else torch.float16)
-
-    big = it(x)
-    assert big.shape[:2] == (2, m) and torch.isfinite(big.float()).all()
-    for r0 in (0, 296, 592):
-        assert torch.equal(big[:, r0:r0 + 9], it(x[r0:r0 + 9])), r0
-
-
 @pytest.mark.parametrize("split", [1, 4])
 def test_programmatic_dependent_launch_changes_nothing(split, monkeypatch):
     """CUDA_EXL3_PDL=1 (the default on sm_90+: the GEMM prefetches its trellis while the input transform runs, then
