@@ -99,6 +99,29 @@ def test_constant_shift_window_reproduces_unpack(K):
             assert np.array_equal(lane_states_const_shift(words, k2), states[a, b].astype(np.int64) & 0xFFFF), (K, a, b)
 
 
+def test_k4_mid_word_states_reproduce_unpack():
+    """K = 4 (trellis.cuh, lane_states): states 0, 2, 4 are read from the window word m = funnelshift_l(w1, w0, 20)
+    (bits 20..51 of the raw window) at bits 0, 8, 16 (m >> 16, PRMT 0x4421 = (m >> 8) & 0xFFFF, m & 0xFFFF), the
+    other states from the raw words as in the constant-shift path; every lane, every state equals unpack_trellis."""
+    k2 = 8
+    g = torch.Generator().manual_seed(404)
+    trellis = torch.randint(-32768, 32768, (3, 2, 8 * k2), generator=g, dtype=torch.int32).to(torch.int16)
+    states = reference.unpack_trellis(trellis, 4).numpy()
+    for a in range(trellis.shape[0]):
+        for b in range(trellis.shape[1]):
+            u16 = trellis[a, b].numpy().view(np.uint16).astype(np.uint32)
+            words = u16[0::2] | (u16[1::2] << 16)
+            want = states[a, b].astype(np.int64) & 0xFFFF
+            raw_path = lane_states_const_shift(words, k2)
+            for t in range(32):
+                w_a, _ = lane_window(t, k2)
+                w0, w1 = int(words[w_a % 32]), int(words[(w_a + 1) % 32])
+                m = (((w0 << 32) | w1) << 20 >> 32) & 0xFFFFFFFF  # __funnelshift_l(w1, w0, 20)
+                got = [m >> 16, raw_path[8 * t + 1], (m >> 8) & 0xFFFF, raw_path[8 * t + 3], m & 0xFFFF,
+                       raw_path[8 * t + 5], raw_path[8 * t + 6], raw_path[8 * t + 7]]
+                assert got == list(want[8 * t: 8 * t + 8]), (a, b, t)
+
+
 def test_constant_shift_only_where_every_lane_agrees():
     """kConstShift is exactly the set of K where s0 % 32 is the same for all 32 lanes."""
     for K in ALL_K:

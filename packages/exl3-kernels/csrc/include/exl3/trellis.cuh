@@ -108,7 +108,23 @@ struct LaneWindow {
 template <int K2>
 __device__ __forceinline__ void lane_states(uint32_t w0, uint32_t w1, uint32_t w2, int r, uint32_t s[8]) {
   using B = TrellisBits<K2>;
-  if constexpr (B::kConstShift) {
+  if constexpr (B::kConstShift && K2 == 8) {
+    // K = 4: states 0, 2 and 4 start at bits 20, 28 and 36 of the raw words: straddling w0 / w1 or at a nibble offset
+    // of w1, two ALU instructions each (shift + mask). In the window word m = bits 20..51 (one funnel shift) they sit
+    // at bits 0, 8 and 16: one instruction each (SHF, PRMT, LOP3), so 13 -> 11 extraction instructions per lane and
+    // tile. States 1, 3, 5, 6, 7 (bits 24, 32, 40, 44, 48) as before.
+    constexpr int R = B::kShift;
+    static_assert(R == 20 && B::state_offset(2) == 8 && B::state_offset(4) == 16, "K = 4 offsets");
+    const uint32_t m = __funnelshift_l(w1, w0, R);
+    s[0] = window_bits16<0>(m, 0u, 0u);
+    s[1] = window_bits16<R + B::state_offset(1)>(w0, w1, w2);
+    s[2] = window_bits16<8>(m, 0u, 0u);
+    s[3] = window_bits16<R + B::state_offset(3)>(w0, w1, w2);
+    s[4] = window_bits16<16>(m, 0u, 0u);
+    s[5] = window_bits16<R + B::state_offset(5)>(w0, w1, w2);
+    s[6] = window_bits16<R + B::state_offset(6)>(w0, w1, w2);
+    s[7] = window_bits16<R + B::state_offset(7)>(w0, w1, w2);
+  } else if constexpr (B::kConstShift) {
     constexpr int R = B::kShift;
     s[0] = window_bits16<R + B::state_offset(0)>(w0, w1, w2);
     s[1] = window_bits16<R + B::state_offset(1)>(w0, w1, w2);
