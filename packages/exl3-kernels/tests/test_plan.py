@@ -126,37 +126,6 @@ def test_autotune_retimes_close_candidates_and_picks_the_fastest_finalist(monkey
     autotune.clear()
 
 
-@pytest.mark.parametrize("t_split6,expect_split", [(0.02483, 6), (0.02540, 12)])
-def test_autotune_near_tie_goes_to_the_smaller_split(monkeypatch, t_split6, expect_split):
-    """Finalists within TIE_MARGIN (2%) of the fastest second-pass time are tied and the smallest split wins: split 6
-    at 24.83 us beats split 12 at 24.67 us (0.6% apart; the 0884820 case); at 25.40 us (3% apart) split 12 wins."""
-    from exl3_kernels import autotune
-    from exl3_kernels.plan import LayerShape
-
-    monkeypatch.delenv("CUDA_EXL3_DETERMINISTIC", raising=False)
-    monkeypatch.delenv("CUDA_EXL3_AUTOTUNE", raising=False)
-    monkeypatch.delenv("CUDA_EXL3_PATH", raising=False)
-    monkeypatch.setattr(autotune.torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.setattr(autotune, "sm_count", lambda device: 132)
-    plans = [Plan("gemm", 16, 12, lohi=True), Plan("gemm", 16, 6, lohi=True), Plan("gemm", 16, 16)]
-    monkeypatch.setattr(autotune, "candidates", lambda *a, **k: list(plans))
-    monkeypatch.setattr(autotune, "cost_model", lambda *a, **k: plans[2])
-    second = {plans[0]: 0.02467, plans[1]: t_split6, plans[2]: 0.02675}
-    last: list[Plan] = []
-
-    def fake_time(fn, device, reps=5):
-        fn()
-        return 0.0250 if reps == 5 else second[last[-1]]  # all three within the finalist margin
-
-    monkeypatch.setattr(autotune, "_time", fake_time)
-    autotune.clear()
-    shape = LayerShape(4096, (11008,), (8,), 1)
-    chosen = autotune.choose(shape, 1, torch.float16, torch.device("cpu"), ACC, (16, 32, 64, 128), last.append,
-                             lohi_bm=(16,))
-    assert chosen.split == expect_split and chosen.bm == 16
-    autotune.clear()
-
-
 def test_autotune_prime_tunes_every_smaller_bucket_on_the_first_rows(monkeypatch):
     """A first call at m = 3000 (bucket 4096) tunes buckets 2048, 1024, ..., 1 on the first b rows, skips the
     buckets already cached, and does nothing under CUDA_EXL3_AUTOTUNE_PRIME=0 or in deterministic mode."""

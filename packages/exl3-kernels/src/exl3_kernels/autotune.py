@@ -16,8 +16,7 @@ enqueued the candidate's launches before the start event fires: eager Python and
 (several launches on the reconstruct paths) would otherwise be counted as GPU time, which a CUDA-graph replay
 does not pay. The timings of every candidate are kept (:func:`cached_timings`) and logged at DEBUG level on
 the ``exl3_kernels.autotune`` logger. Candidates within FINALIST_MARGIN of the fastest are timed a second
-time with more runs and the choice is made on that second timing; finalists within TIE_MARGIN of the fastest
-there count as tied and the smallest split among them wins.
+time with more runs and the choice is made on that second timing.
 """
 from __future__ import annotations
 
@@ -46,12 +45,6 @@ HOST_LEAD_CYCLES = 200_000
 # a0c895f, bc3eef7 benchmark JSONs, `autotune_us`), as much as the gap between the dense paths there.
 FINALIST_MARGIN = 0.10
 FINALIST_REPS = 15
-# Finalists within this fraction of the fastest second-pass time count as tied; the tie goes to the smallest split
-# (then the faster one): fewer fp32 partials and atomics, and the eager timing does not rank close splits the way a
-# graph replay does. Seen at 0884820 (bench/results/gemm-0884820-k4.json, 4096x11008, m = 1): finalists
-# gemm(bm=16, split=12, lohi) 24.67 us and split=6 lohi 24.83 us (0.6% apart); split 12 won and replayed at 23.1 us,
-# where split 6 replays at 19.2-19.6 us (profiles/k4-midword-7ae354c, same library).
-TIE_MARGIN = 0.02
 
 
 def flush_bytes(l2_bytes: int) -> int:
@@ -160,9 +153,7 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
             if len(finalists) > 1:
                 for c in finalists:
                     final[c] = _time(lambda: run(c), device, reps=FINALIST_REPS)
-            best = min(final[c] for c in finalists)
-            tied = [c for c in finalists if final[c] <= best * (1.0 + TIE_MARGIN)]
-            plan = min(tied, key=lambda c: (c.split, final[c]))
+            plan = min(finalists, key=lambda c: final[c])
             _cache[key] = plan
             _timings[key] = {"first": {str(c): 1000.0 * t for c, t in first.items()},
                              "finalists": {str(c): 1000.0 * final[c] for c in finalists}}
