@@ -6,11 +6,7 @@
 # library, carried in .device/ab (built on the dev machine, not here: see below).
 # Usage: bash tools/device/ab_gemm.sh [bench args...]
 set -u
-# Libraries may be carried xz-compressed (_C.abi3.so.xz, ~9x smaller: the 64 MiB carry limit): unpack them here.
-for z in .device/*/_C.abi3.so.xz; do [ -f "$z" ] && [ ! -f "${z%.xz}" ] && python3 -c "import lzma, sys; open(sys.argv[1][:-3], 'wb').write(lzma.open(sys.argv[1]).read())" "$z"; done
-export PYTHONUNBUFFERED=1 EXL3_ORACLE_DIR=$PWD/.device/oracle
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD/packages/exl3-kernels/src:$PWD/packages/exl3-format/src:${PYTHONPATH:-}
+. tools/device/kernel_env.sh  # unpack carried libraries, install .whl, PYTHONPATH
 A=$PWD/.device/full/_C.abi3.so; B=$PWD/.device/ab/_C.abi3.so
 # Build B on the dev machine (`setup.py build_ext` with -b/-t outside the tree, copy _C.abi3.so to .device/ab/): a library
 # built on the GPU machine (its /opt/gcc) crashed the process with a segfault whenever an op raised a

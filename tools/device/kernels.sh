@@ -5,11 +5,7 @@
 # Writes everything under $OUT.  Usage: bash tools/device/kernels.sh [tests|bench|all] [bench args...]
 set -u
 what=${1:-all}; shift || true
-# Libraries may be carried xz-compressed (_C.abi3.so.xz, ~9x smaller: the 64 MiB carry limit): unpack them here.
-for z in .device/*/_C.abi3.so.xz; do [ -f "$z" ] && [ ! -f "${z%.xz}" ] && python3 -c "import lzma, sys; open(sys.argv[1][:-3], 'wb').write(lzma.open(sys.argv[1]).read())" "$z"; done
-export PYTHONUNBUFFERED=1 EXL3_ORACLE_DIR=$PWD/.device/oracle
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD/packages/exl3-kernels/src:$PWD/packages/exl3-format/src:${PYTHONPATH:-}
+. tools/device/kernel_env.sh  # unpack carried libraries, install .whl, PYTHONPATH
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > $OUT/gpu.txt
 if ! python3 -c "import sys; from exl3_kernels import _ops; sys.exit(0 if _ops.available() else (print(_ops.load_error()) or 1))"; then
   echo "== the carried library does not load. Build it on the dev machine and carry it: a library built here"

@@ -4,10 +4,7 @@
 # stall samples (source page) that say whether the producers or the consumers wait.
 # Carry: the op library (.device/<dir>/_C.abi3.so[.xz]) named by CUDA_EXL3_LIBRARY, .whl. Outputs: $OUT/all.tgz.
 set -u
-for z in .device/*/_C.abi3.so.xz; do [ -f "$z" ] && [ ! -f "${z%.xz}" ] && python3 -c "import lzma, sys; open(sys.argv[1][:-3], 'wb').write(lzma.open(sys.argv[1]).read())" "$z"; done
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD/packages/exl3-kernels/src:$PWD/packages/exl3-format/src:${PYTHONPATH:-}
+. tools/device/kernel_env.sh  # unpack carried libraries, install .whl, PYTHONPATH
 O=/tmp/ncuw; rm -rf $O; mkdir -p $O; t0=$(date +%s)
 S="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section SourceCounters"
 for m in ${NCU_MS:-256 1024}; do

@@ -6,10 +6,7 @@
 # AB_ENV (e.g. CUDA_EXL3_PATH=reconstruct_n) applies to the A/B runs only.
 # Carry: .device/$LIB (and .device/$AB_LIB), .whl. Usage: LIB=c0 AB_LIB=rn2 AB_ARGS="..." BENCH_COMMIT=<c> bash ...
 set -u
-for z in .device/*/_C.abi3.so.xz; do [ -f "$z" ] && [ ! -f "${z%.xz}" ] && python3 -c "import lzma, sys; open(sys.argv[1][:-3], 'wb').write(lzma.open(sys.argv[1]).read())" "$z"; done
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD/packages/exl3-kernels/src:$PWD/packages/exl3-format/src:${PYTHONPATH:-}
+. tools/device/kernel_env.sh  # unpack carried libraries, install .whl, PYTHONPATH
 O=/tmp/sb; rm -rf $O; mkdir -p $O; t0=$(date +%s)
 LIB=${LIB:-c0}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > $O/gpu.txt

@@ -6,10 +6,7 @@
 # Carry: .device/<name> for each name, .device/oracle, .whl. Outputs: $OUT/all.tgz.
 # Usage: LIBS="epi c2" FULL=1 BENCH_COMMIT=<commit> bash tools/device/wgmma_ab.sh
 set -u
-for z in .device/*/_C.abi3.so.xz; do [ -f "$z" ] && [ ! -f "${z%.xz}" ] && python3 -c "import lzma, sys; open(sys.argv[1][:-3], 'wb').write(lzma.open(sys.argv[1]).read())" "$z"; done
-export PYTHONUNBUFFERED=1 EXL3_ORACLE_DIR=$PWD/.device/oracle
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD/packages/exl3-kernels/src:$PWD/packages/exl3-format/src:${PYTHONPATH:-}
+. tools/device/kernel_env.sh  # unpack carried libraries, install .whl, PYTHONPATH
 O=/tmp/wab; rm -rf $O; mkdir -p $O; t0=$(date +%s)
 first=1
 for L in ${LIBS:?}; do

@@ -9,10 +9,7 @@
 # Carry: the op library (.device/wop/_C.abi3.so[.xz], the default loop), .device/wgmma-ahead0, .device/oracle, .whl.
 # Outputs: $OUT/all.tgz. Usage: BENCH_COMMIT=<commit> bash tools/device/wgmma_first_run.sh
 set -u
-for z in .device/*/_C.abi3.so.xz; do [ -f "$z" ] && [ ! -f "${z%.xz}" ] && python3 -c "import lzma, sys; open(sys.argv[1][:-3], 'wb').write(lzma.open(sys.argv[1]).read())" "$z"; done
-export PYTHONUNBUFFERED=1 EXL3_ORACLE_DIR=$PWD/.device/oracle
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD/packages/exl3-kernels/src:$PWD/packages/exl3-format/src:${PYTHONPATH:-}
+. tools/device/kernel_env.sh  # unpack carried libraries, install .whl, PYTHONPATH
 O=/tmp/wfr; rm -rf $O; mkdir -p $O; t0=$(date +%s)
 LIB=$PWD/.device/wop/_C.abi3.so; FALLBACK=$PWD/.device/wgmma-ahead0/_C.abi3.so
 [ -f "$LIB" ] || { echo "wgmma_first_run: carry .device/wop/_C.abi3.so(.xz)"; exit 2; }

@@ -38,21 +38,11 @@
 #include "exl3/mma.cuh"
 #include "exl3/params.h"
 #include "exl3/pdl.cuh"
+#include "exl3/static_for.cuh"
 #include "exl3/store.cuh"
 #include "exl3/trellis.cuh"
 
 namespace exl3 {
-
-// f(std::integral_constant<int, i>{}) for i = 0 .. N-1: loop indices usable as template arguments
-// (immediate offsets) where #pragma unroll would leave them as runtime values for the front end.
-template <typename F, int... I>
-__device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
-  (f(std::integral_constant<int, I>{}), ...);
-}
-template <int N, typename F>
-__device__ __forceinline__ void static_for(F&& f) {
-  static_for_impl(f, std::make_integer_sequence<int, N>{});
-}
 
 constexpr int kBK = 64;        // k rows per pipeline stage (4 trellis tile rows)
 constexpr int kStages = 4;     // cp.async pipeline depth

@@ -96,6 +96,7 @@
 #include "exl3/mma.cuh"
 #include "exl3/params.h"
 #include "exl3/pdl.cuh"
+#include "exl3/static_for.cuh"
 #include "exl3/store.cuh"
 #include "exl3/trellis.cuh"
 
@@ -148,15 +149,6 @@ struct WgmmaParams {
   CUtensorMap tmap_a;  // xh [S, m, k] fp16: dims (k, m, S), box (64, 256, 1), 128-byte swizzle (host-encoded)
   GemmParams g;
 };
-
-template <typename F, int... I>
-__device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
-  (f(std::integral_constant<int, I>{}), ...);
-}
-template <int N, typename F>
-__device__ __forceinline__ void static_for(F&& f) {
-  static_for_impl(f, std::make_integer_sequence<int, N>{});
-}
 
 // cp.async with "memory" clobbers (the producer's raw ring is reused across iterations).
 __device__ __forceinline__ void cp_async16_m(uint32_t dst, const void* src) {
