@@ -3,7 +3,7 @@
     ncu -i report.ncu-rep --page source --csv --print-source sass > source.csv
     python tools/ncu_stalls.py source.csv 700:870 870:5300 5300:6100
 
-For each range of SASS rows (0-based, after the two header lines; find the ranges of a kernel's roles by their
+For each range of SASS rows (0-based, counted from the first row after the header line that starts with "Address"; find the ranges of a kernel's roles by their
 instructions, e.g. HGMMA for wgmma consumers) prints the number of samples, the instructions executed and the stall
 reasons sorted by samples (the `stall_*` columns of ncu's "Warp Stall Sampling (All Samples)"). With --ops, the same
 per opcode inside the ranges.
@@ -22,9 +22,10 @@ def main() -> None:
     ap.add_argument("--ops", action="store_true", help="also break each range down by opcode")
     a = ap.parse_args()
     rows = list(csv.reader(open(a.csv)))
-    hdr = rows[1]
-    data = rows[2:]
-    col = {h: i for i, h in enumerate(hdr)}
+    h = next(i for i, r in enumerate(rows) if r and r[0] == "Address")  # after the "Kernel Name" line
+    hdr = rows[h]
+    data = rows[h + 1:]
+    col = {name: i for i, name in enumerate(hdr)}
     stall = [i for i, h in enumerate(hdr) if h.startswith("stall_") and "(Not Issued)" not in h]
     for rg in a.ranges:
         lo, hi = (int(v) for v in rg.split(":"))
@@ -42,7 +43,7 @@ def main() -> None:
             for r in sel:
                 if int(r[col["Instructions Executed"]]) == 0:
                     continue
-                t = r[1].split()
+                t = r[col["Source"]].split()
                 op = (t[1] if t[0].startswith("@") else t[0]).split(".")[0]
                 per[op]["count"] += 1
                 for j in stall:

@@ -31,7 +31,8 @@
 //   [192 KB, +64)      mbarriers full[4], empty[4]; K2-independent offset, so the consumer code has one copy for all K.
 //   [192 KB + 128, +1 KB) the block's 128 svh then 128 bias values, fp32, staged by the producers for the epilogue.
 //   [193 KB + 128, ..) raw trellis ring: 4 stages of 4 x 8 tiles x 16 K2 bytes, copied verbatim by cp.async.
-//   Total 210 KiB at K = 4, 226 KiB at K = 8 (+ 1 KiB alignment slack; the sm_90 opt-in limit is 227 KiB); the
+//   Total 210 KiB at K = 4, 226 KiB at K = 8 (231552 bytes, including the 1 KiB alignment slack; the sm_90 opt-in
+//   limit is 227 KiB = 232448 bytes, so 896 bytes to spare); the
 //   launch sizes it for the largest K of the layer's shards.
 //   Descriptors: start = slot + (m64 half) * 8 KB + kk * 32 bytes (the k16 step moves 2 chunks inside the swizzle
 //   atom; the hardware applies the XOR after adding it), LBO 16 (unused for swizzled K-major), SBO 1024, swizzle mode

@@ -48,7 +48,7 @@ struct TrellisBits {
   // K = 8. The decoders then read the states straight from the raw words at compile-time offsets kShift + o_j and
   // skip the three normalising funnel shifts; at K = 4 the states end at bit 20 + 28 + 16 = 64, so the third word
   // is not read at all (kUsesWord2). ALU instructions per lane and tile at K = 4: 3 + 13 -> 13 extraction, and one
-  // shared load fewer.
+  // shared load fewer; 11 since states 0, 2, 4 come from one funnel-shifted window word (lane_states).
   static constexpr bool kConstShift = (K2 % 8) == 0;
   static constexpr int kShift = kConstShift ? (K2 / 2 + 16) % 32 : 0;
   static constexpr bool kUsesWord2 = !kConstShift || kShift + state_offset(7) + 16 > 64;
@@ -114,13 +114,14 @@ __device__ __forceinline__ void lane_states(uint32_t w0, uint32_t w1, uint32_t w
     // at bits 0, 8 and 16: one instruction each (SHF, PRMT, LOP3), so 13 -> 11 extraction instructions per lane and
     // tile. States 1, 3, 5, 6, 7 (bits 24, 32, 40, 44, 48) as before.
     constexpr int R = B::kShift;
-    static_assert(R == 20 && B::state_offset(2) == 8 && B::state_offset(4) == 16, "K = 4 offsets");
+    static_assert(R == 20 && B::state_offset(0) == 0 && B::state_offset(2) == 8 && B::state_offset(4) == 16,
+                  "K = 4 offsets");
     const uint32_t m = __funnelshift_l(w1, w0, R);
-    s[0] = window_bits16<0>(m, 0u, 0u);
+    s[0] = window_bits16<B::state_offset(0)>(m, 0u, 0u);  // bits 0, 8, 16 of m (static_assert above)
     s[1] = window_bits16<R + B::state_offset(1)>(w0, w1, w2);
-    s[2] = window_bits16<8>(m, 0u, 0u);
+    s[2] = window_bits16<B::state_offset(2)>(m, 0u, 0u);
     s[3] = window_bits16<R + B::state_offset(3)>(w0, w1, w2);
-    s[4] = window_bits16<16>(m, 0u, 0u);
+    s[4] = window_bits16<B::state_offset(4)>(m, 0u, 0u);
     s[5] = window_bits16<R + B::state_offset(5)>(w0, w1, w2);
     s[6] = window_bits16<R + B::state_offset(6)>(w0, w1, w2);
     s[7] = window_bits16<R + B::state_offset(7)>(w0, w1, w2);
