@@ -122,6 +122,29 @@ def test_k4_mid_word_states_reproduce_unpack():
                 assert got == list(want[8 * t: 8 * t + 8]), (a, b, t)
 
 
+def test_k2_shifted_words_states_reproduce_unpack():
+    """K = 2 (trellis.cuh, lane_states): the normalised word u0 = funnelshift_l(w1, w0, r) and its copies u0 << 2, 4, 6
+    hold every state at bit 0 (states 0-3: v >> 16) or bit 8 (states 4-7: PRMT 0x4421 = (v >> 8) & 0xFFFF); every
+    lane, every state equals unpack_trellis."""
+    k2 = 4
+    M = 0xFFFFFFFF
+    g = torch.Generator().manual_seed(202)
+    trellis = torch.randint(-32768, 32768, (3, 2, 8 * k2), generator=g, dtype=torch.int32).to(torch.int16)
+    states = reference.unpack_trellis(trellis, 2).numpy()
+    for a in range(trellis.shape[0]):
+        for b in range(trellis.shape[1]):
+            u16 = trellis[a, b].numpy().view(np.uint16).astype(np.uint32)
+            words = u16[0::2] | (u16[1::2] << 16)
+            want = states[a, b].astype(np.int64) & 0xFFFF
+            for t in range(32):
+                w_a, r = lane_window(t, k2)
+                w0, w1 = int(words[w_a % 16]), int(words[(w_a + 1) % 16])
+                u0 = ((((w0 << 32) | w1) << r) >> 32) & M  # __funnelshift_l(w1, w0, r)
+                v = [u0, (u0 << 2) & M, (u0 << 4) & M, (u0 << 6) & M]
+                got = [x >> 16 for x in v] + [(x >> 8) & 0xFFFF for x in v]
+                assert got == list(want[8 * t: 8 * t + 8]), (a, b, t)
+
+
 def test_constant_shift_only_where_every_lane_agrees():
     """kConstShift is exactly the set of K where s0 % 32 is the same for all 32 lanes."""
     for K in ALL_K:

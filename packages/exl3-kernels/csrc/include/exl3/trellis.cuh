@@ -135,6 +135,25 @@ __device__ __forceinline__ void lane_states(uint32_t w0, uint32_t w1, uint32_t w
     s[5] = window_bits16<R + B::state_offset(5)>(w0, w1, w2);
     s[6] = window_bits16<R + B::state_offset(6)>(w0, w1, w2);
     s[7] = window_bits16<R + B::state_offset(7)>(w0, w1, w2);
+  } else if constexpr (K2 == 4) {
+    // K = 2: the states sit at offsets 2j (j = 0..7) of the normalised word u0 (they end by bit 30, so u0 is the
+    // whole window). Offsets 0 and 8 are one instruction each (SHF, PRMT), the others two (shift + mask); in the
+    // copies u0 << 2, << 4, << 6 the states at 2, 4, 6 sit at bit 0 and those at 10, 12, 14 at bit 8: 3 shifts + 6
+    // single instructions instead of 12, so 15 -> 12 ALU instructions per lane and tile with the funnel shift.
+    static_assert(B::state_offset(1) == 2 && B::state_offset(7) == 14, "K = 2 offsets");
+    const uint32_t u0 = __funnelshift_l(w1, w0, r);
+    uint32_t v2, v4, v6;  // opaque shifts: left visible, the compiler folds v >> 16 back into (u0 >> 14) & 0xFFFF
+    asm("shl.b32 %0, %1, 2;" : "=r"(v2) : "r"(u0));
+    asm("shl.b32 %0, %1, 4;" : "=r"(v4) : "r"(u0));
+    asm("shl.b32 %0, %1, 6;" : "=r"(v6) : "r"(u0));
+    s[0] = window_bits16<0>(u0, 0u, 0u);
+    s[1] = window_bits16<0>(v2, 0u, 0u);
+    s[2] = window_bits16<0>(v4, 0u, 0u);
+    s[3] = window_bits16<0>(v6, 0u, 0u);
+    s[4] = window_bits16<8>(u0, 0u, 0u);
+    s[5] = window_bits16<8>(v2, 0u, 0u);
+    s[6] = window_bits16<8>(v4, 0u, 0u);
+    s[7] = window_bits16<8>(v6, 0u, 0u);
   } else {
     const uint32_t u0 = __funnelshift_l(w1, w0, r);
     const uint32_t u1 = __funnelshift_l(w2, w1, r);
