@@ -85,18 +85,24 @@ def lane_states_const_shift(words: np.ndarray, k2: int) -> np.ndarray:
     return out
 
 
+def random_tiles(K: float, seed: int, n: int = 6):
+    """(tile index, words uint32[4 K2], states int64[256]) of n random trellis tiles: the words as the kernel reads
+    them (two little-endian int16 per word) and unpack_trellis's states for the same tile."""
+    k2 = int(round(2 * K))
+    g = torch.Generator().manual_seed(seed)
+    trellis = torch.randint(-32768, 32768, (n, 1, 8 * k2), generator=g, dtype=torch.int32).to(torch.int16)
+    states = reference.unpack_trellis(trellis, K).numpy()
+    for i in range(n):
+        u16 = trellis[i, 0].numpy().view(np.uint16).astype(np.uint32)
+        yield i, u16[0::2] | (u16[1::2] << 16), states[i, 0].astype(np.int64) & 0xFFFF
+
+
 @pytest.mark.parametrize("K", [4, 8])
 def test_constant_shift_window_reproduces_unpack(K):
     k2 = 2 * K
     assert const_shift(k2) == {4: 20, 8: 24}[K]
-    g = torch.Generator().manual_seed(100 + k2)
-    trellis = torch.randint(-32768, 32768, (3, 2, 8 * k2), generator=g, dtype=torch.int32).to(torch.int16)
-    states = reference.unpack_trellis(trellis, K).numpy()
-    for a in range(trellis.shape[0]):
-        for b in range(trellis.shape[1]):
-            u16 = trellis[a, b].numpy().view(np.uint16).astype(np.uint32)
-            words = u16[0::2] | (u16[1::2] << 16)
-            assert np.array_equal(lane_states_const_shift(words, k2), states[a, b].astype(np.int64) & 0xFFFF), (K, a, b)
+    for i, words, want in random_tiles(K, 100 + k2):
+        assert np.array_equal(lane_states_const_shift(words, k2), want), (K, i)
 
 
 def test_k4_mid_word_states_reproduce_unpack():
@@ -104,22 +110,15 @@ def test_k4_mid_word_states_reproduce_unpack():
     (bits 20..51 of the raw window) at bits 0, 8, 16 (m >> 16, PRMT 0x4421 = (m >> 8) & 0xFFFF, m & 0xFFFF), the
     other states from the raw words as in the constant-shift path; every lane, every state equals unpack_trellis."""
     k2 = 8
-    g = torch.Generator().manual_seed(404)
-    trellis = torch.randint(-32768, 32768, (3, 2, 8 * k2), generator=g, dtype=torch.int32).to(torch.int16)
-    states = reference.unpack_trellis(trellis, 4).numpy()
-    for a in range(trellis.shape[0]):
-        for b in range(trellis.shape[1]):
-            u16 = trellis[a, b].numpy().view(np.uint16).astype(np.uint32)
-            words = u16[0::2] | (u16[1::2] << 16)
-            want = states[a, b].astype(np.int64) & 0xFFFF
-            raw_path = lane_states_const_shift(words, k2)
-            for t in range(32):
-                w_a, _ = lane_window(t, k2)
-                w0, w1 = int(words[w_a % 32]), int(words[(w_a + 1) % 32])
-                m = (((w0 << 32) | w1) << 20 >> 32) & 0xFFFFFFFF  # __funnelshift_l(w1, w0, 20)
-                got = [m >> 16, raw_path[8 * t + 1], (m >> 8) & 0xFFFF, raw_path[8 * t + 3], m & 0xFFFF,
-                       raw_path[8 * t + 5], raw_path[8 * t + 6], raw_path[8 * t + 7]]
-                assert got == list(want[8 * t: 8 * t + 8]), (a, b, t)
+    for i, words, want in random_tiles(4, 404):
+        raw_path = lane_states_const_shift(words, k2)
+        for t in range(32):
+            w_a, _ = lane_window(t, k2)
+            w0, w1 = int(words[w_a % 32]), int(words[(w_a + 1) % 32])
+            m = (((w0 << 32) | w1) << 20 >> 32) & 0xFFFFFFFF  # __funnelshift_l(w1, w0, 20)
+            got = [m >> 16, raw_path[8 * t + 1], (m >> 8) & 0xFFFF, raw_path[8 * t + 3], m & 0xFFFF,
+                   raw_path[8 * t + 5], raw_path[8 * t + 6], raw_path[8 * t + 7]]
+            assert got == list(want[8 * t: 8 * t + 8]), (i, t)
 
 
 def test_k2_shifted_words_states_reproduce_unpack():
@@ -128,21 +127,14 @@ def test_k2_shifted_words_states_reproduce_unpack():
     lane, every state equals unpack_trellis."""
     k2 = 4
     M = 0xFFFFFFFF
-    g = torch.Generator().manual_seed(202)
-    trellis = torch.randint(-32768, 32768, (3, 2, 8 * k2), generator=g, dtype=torch.int32).to(torch.int16)
-    states = reference.unpack_trellis(trellis, 2).numpy()
-    for a in range(trellis.shape[0]):
-        for b in range(trellis.shape[1]):
-            u16 = trellis[a, b].numpy().view(np.uint16).astype(np.uint32)
-            words = u16[0::2] | (u16[1::2] << 16)
-            want = states[a, b].astype(np.int64) & 0xFFFF
-            for t in range(32):
-                w_a, r = lane_window(t, k2)
-                w0, w1 = int(words[w_a % 16]), int(words[(w_a + 1) % 16])
-                u0 = ((((w0 << 32) | w1) << r) >> 32) & M  # __funnelshift_l(w1, w0, r)
-                v = [u0, (u0 << 2) & M, (u0 << 4) & M, (u0 << 6) & M]
-                got = [x >> 16 for x in v] + [(x >> 8) & 0xFFFF for x in v]
-                assert got == list(want[8 * t: 8 * t + 8]), (a, b, t)
+    for i, words, want in random_tiles(2, 202):
+        for t in range(32):
+            w_a, r = lane_window(t, k2)
+            w0, w1 = int(words[w_a % 16]), int(words[(w_a + 1) % 16])
+            u0 = ((((w0 << 32) | w1) << r) >> 32) & M  # __funnelshift_l(w1, w0, r)
+            v = [u0, (u0 << 2) & M, (u0 << 4) & M, (u0 << 6) & M]
+            got = [x >> 16 for x in v] + [(x >> 8) & 0xFFFF for x in v]
+            assert got == list(want[8 * t: 8 * t + 8]), (i, t)
 
 
 def test_constant_shift_only_where_every_lane_agrees():
