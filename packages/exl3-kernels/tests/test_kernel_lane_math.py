@@ -85,18 +85,24 @@ def lane_states_const_shift(words: np.ndarray, k2: int) -> np.ndarray:
     return out
 
 
+def random_tiles(K: float, seed: int, n: int = 6):
+    """(tile index, words uint32[4 K2], states int64[256]) of n random trellis tiles: the words as the kernel reads
+    them (two little-endian int16 per word) and unpack_trellis's states for the same tile."""
+    k2 = int(round(2 * K))
+    g = torch.Generator().manual_seed(seed)
+    trellis = torch.randint(-32768, 32768, (n, 1, 8 * k2), generator=g, dtype=torch.int32).to(torch.int16)
+    states = reference.unpack_trellis(trellis, K).numpy()
+    for i in range(n):
+        u16 = trellis[i, 0].numpy().view(np.uint16).astype(np.uint32)
+        yield i, u16[0::2] | (u16[1::2] << 16), states[i, 0].astype(np.int64) & 0xFFFF
+
+
 @pytest.mark.parametrize("K", [4, 8])
 def test_constant_shift_window_reproduces_unpack(K):
     k2 = 2 * K
     assert const_shift(k2) == {4: 20, 8: 24}[K]
-    g = torch.Generator().manual_seed(100 + k2)
-    trellis = torch.randint(-32768, 32768, (3, 2, 8 * k2), generator=g, dtype=torch.int32).to(torch.int16)
-    states = reference.unpack_trellis(trellis, K).numpy()
-    for a in range(trellis.shape[0]):
-        for b in range(trellis.shape[1]):
-            u16 = trellis[a, b].numpy().view(np.uint16).astype(np.uint32)
-            words = u16[0::2] | (u16[1::2] << 16)
-            assert np.array_equal(lane_states_const_shift(words, k2), states[a, b].astype(np.int64) & 0xFFFF), (K, a, b)
+    for i, words, want in random_tiles(K, 100 + k2):
+        assert np.array_equal(lane_states_const_shift(words, k2), want), (K, i)
 
 
 M32 = 0xFFFFFFFF
@@ -128,28 +134,21 @@ def test_balanced_extraction_reproduces_unpack(K):
     shifts, u2 = w2 << r) give unpack_trellis's states for every lane and position."""
     k2 = int(round(2 * K))
     R = const_shift(k2)
-    g = torch.Generator().manual_seed(300 + k2)
-    trellis = torch.randint(-32768, 32768, (2, 2, 8 * k2), generator=g, dtype=torch.int32).to(torch.int16)
-    states = reference.unpack_trellis(trellis, K).numpy()
     n_words = 4 * k2
-    for a in range(trellis.shape[0]):
-        for b in range(trellis.shape[1]):
-            u16 = trellis[a, b].numpy().view(np.uint16).astype(np.uint32)
-            words = u16[0::2] | (u16[1::2] << 16)
-            want = states[a, b].astype(np.int64) & 0xFFFF
-            for t in range(32):
-                w_a, r = lane_window(t, k2)
-                w = [int(words[(w_a + i) % n_words]) for i in range(3)]
-                if R is not None:
-                    uses_w2 = R + end_bit(7, k2) - end_bit(0, k2) + 16 > 64
-                    u = [w[0], w[1], w[2] if uses_w2 else 0]
-                    offs = [R + end_bit(j, k2) - end_bit(0, k2) for j in range(8)]
-                else:
-                    u = [((((w[0] << 32) | w[1]) << r) >> 32) & M32, ((((w[1] << 32) | w[2]) << r) >> 32) & M32,
-                         (w[2] << r) & M32]
-                    offs = [end_bit(j, k2) - end_bit(0, k2) for j in range(8)]
-                got = [window_bits16(o, u) for o in offs]
-                assert got == list(want[8 * t: 8 * t + 8]), (K, a, b, t)
+    for i, words, want in random_tiles(K, 300 + k2):
+        for t in range(32):
+            w_a, r = lane_window(t, k2)
+            w = [int(words[(w_a + x) % n_words]) for x in range(3)]
+            if R is not None:
+                uses_w2 = R + end_bit(7, k2) - end_bit(0, k2) + 16 > 64
+                u = [w[0], w[1], w[2] if uses_w2 else 0]
+                offs = [R + end_bit(j, k2) - end_bit(0, k2) for j in range(8)]
+            else:
+                u = [((((w[0] << 32) | w[1]) << r) >> 32) & M32, ((((w[1] << 32) | w[2]) << r) >> 32) & M32,
+                     (w[2] << r) & M32]
+                offs = [end_bit(j, k2) - end_bit(0, k2) for j in range(8)]
+            got = [window_bits16(o, u) for o in offs]
+            assert got == list(want[8 * t: 8 * t + 8]), (K, i, t)
 
 
 def test_constant_shift_only_where_every_lane_agrees():
