@@ -105,36 +105,50 @@ def test_constant_shift_window_reproduces_unpack(K):
         assert np.array_equal(lane_states_const_shift(words, k2), want), (K, i)
 
 
-def test_k4_mid_word_states_reproduce_unpack():
-    """K = 4 (trellis.cuh, lane_states): states 0, 2, 4 are read from the window word m = funnelshift_l(w1, w0, 20)
-    (bits 20..51 of the raw window) at bits 0, 8, 16 (m >> 16, PRMT 0x4421 = (m >> 8) & 0xFFFF, m & 0xFFFF), the
-    other states from the raw words as in the constant-shift path; every lane, every state equals unpack_trellis."""
-    k2 = 8
-    for i, words, want in random_tiles(4, 404):
-        raw_path = lane_states_const_shift(words, k2)
-        for t in range(32):
-            w_a, _ = lane_window(t, k2)
-            w0, w1 = int(words[w_a % 32]), int(words[(w_a + 1) % 32])
-            m = (((w0 << 32) | w1) << 20 >> 32) & 0xFFFFFFFF  # __funnelshift_l(w1, w0, 20)
-            got = [m >> 16, raw_path[8 * t + 1], (m >> 8) & 0xFFFF, raw_path[8 * t + 3], m & 0xFFFF,
-                   raw_path[8 * t + 5], raw_path[8 * t + 6], raw_path[8 * t + 7]]
-            assert got == list(want[8 * t: 8 * t + 8]), (i, t)
+M32 = 0xFFFFFFFF
 
 
-def test_k2_shifted_words_states_reproduce_unpack():
-    """K = 2 (trellis.cuh, lane_states): the normalised word u0 = funnelshift_l(w1, w0, r) and its copies u0 << 2, 4, 6
-    hold every state at bit 0 (states 0-3: v >> 16) or bit 8 (states 4-7: PRMT 0x4421 = (v >> 8) & 0xFFFF); every
-    lane, every state equals unpack_trellis."""
-    k2 = 4
-    M = 0xFFFFFFFF
-    for i, words, want in random_tiles(2, 202):
+def window_bits16(o: int, u: list[int]) -> int:
+    """trellis.cuh window_bits16<O>(u0, u1, u2), instruction for instruction: aligned offsets 0 / 8 / 16 read directly
+    (SHF / PRMT 0x4421 / LOP3); other offsets below 16 from the copy u << (ob % 8) (shl_opaque); straddling states from
+    the half word h = funnelshift_l(next, word, 16), then the same rule at ob - 16."""
+    def aligned(x: int, ob: int) -> int:
+        assert ob in (0, 8, 16)
+        return x >> 16 if ob == 0 else ((x >> 8) & 0xFFFF if ob == 8 else x & 0xFFFF)
+
+    wi, ob = divmod(o, 32)
+    a = u[wi]
+    if ob in (0, 8, 16):
+        return aligned(a, ob)
+    if ob < 16:
+        return aligned((a << (ob % 8)) & M32, ob - ob % 8)
+    h = ((((a << 32) | u[wi + 1]) << 16) >> 32) & M32
+    oh = ob - 16
+    return aligned((h << (oh % 8)) & M32, oh - oh % 8)
+
+
+@pytest.mark.parametrize("K", ALL_K)
+def test_balanced_extraction_reproduces_unpack(K):
+    """lane_states with window_bits16's one-ALU-instruction-per-state rule (emulated above): the constant-shift path
+    (K = 4, 8: raw words at kShift + o_j, the third word 0 where unused) and the normalised path (u0, u1 by funnel
+    shifts, u2 = w2 << r) give unpack_trellis's states for every lane and position."""
+    k2 = int(round(2 * K))
+    R = const_shift(k2)
+    n_words = 4 * k2
+    for i, words, want in random_tiles(K, 300 + k2):
         for t in range(32):
             w_a, r = lane_window(t, k2)
-            w0, w1 = int(words[w_a % 16]), int(words[(w_a + 1) % 16])
-            u0 = ((((w0 << 32) | w1) << r) >> 32) & M  # __funnelshift_l(w1, w0, r)
-            v = [u0, (u0 << 2) & M, (u0 << 4) & M, (u0 << 6) & M]
-            got = [x >> 16 for x in v] + [(x >> 8) & 0xFFFF for x in v]
-            assert got == list(want[8 * t: 8 * t + 8]), (i, t)
+            w = [int(words[(w_a + x) % n_words]) for x in range(3)]
+            if R is not None:
+                uses_w2 = R + end_bit(7, k2) - end_bit(0, k2) + 16 > 64
+                u = [w[0], w[1], w[2] if uses_w2 else 0]
+                offs = [R + end_bit(j, k2) - end_bit(0, k2) for j in range(8)]
+            else:
+                u = [((((w[0] << 32) | w[1]) << r) >> 32) & M32, ((((w[1] << 32) | w[2]) << r) >> 32) & M32,
+                     (w[2] << r) & M32]
+                offs = [end_bit(j, k2) - end_bit(0, k2) for j in range(8)]
+            got = [window_bits16(o, u) for o in offs]
+            assert got == list(want[8 * t: 8 * t + 8]), (K, i, t)
 
 
 def test_constant_shift_only_where_every_lane_agrees():

@@ -48,35 +48,61 @@ struct TrellisBits {
   // K = 8. The decoders then read the states straight from the raw words at compile-time offsets kShift + o_j and
   // skip the three normalising funnel shifts; at K = 4 the states end at bit 20 + 28 + 16 = 64, so the third word
   // is not read at all (kUsesWord2). ALU instructions per lane and tile at K = 4: 3 + 13 -> 13 extraction, and one
-  // shared load fewer; 11 since states 0, 2, 4 come from one funnel-shifted window word (lane_states).
+  // shared load fewer; 9 ALU + 2 IMAD.SHL with the balanced extraction of window_bits16.
   static constexpr bool kConstShift = (K2 % 8) == 0;
   static constexpr int kShift = kConstShift ? (K2 / 2 + 16) % 32 : 0;
   static constexpr bool kUsesWord2 = !kConstShift || kShift + state_offset(7) + 16 > 64;
 };
 
-// Extract 16 bits at MSB-first offset O (compile time) from the normalized 96-bit window u0:u1:u2.
-// One ALU instruction when the state is word- or byte-aligned (SHF, LOP3 or PRMT), two otherwise.
-// Moving the shifts onto the FMA pipe (IMAD.SHL + IMAD.HI) was measured 10-25% slower on the H200
-// (IMAD.HI issues at a fraction of the IMAD rate; docs/kernels.md, "extraction").
+// Left shift the compiler cannot see through: it can neither fold it into a following right shift nor re-derive the
+// state from the unshifted word (at K = 2 it turned (u0 << 2) >> 16 back into (u0 >> 14) & 0xFFFF, 5a194ae).
+// Non-volatile, so identical copies are merged. ptxas issues it as IMAD.SHL, on the FMA pipe: the point, since the
+// decode's bound at small m is the ALU pipe (docs/kernels.md, m <= 32 bound).
+template <int S>
+__device__ __forceinline__ uint32_t shl_opaque(uint32_t x) {
+  if constexpr (S == 0) {
+    return x;
+  } else {
+    uint32_t y;
+    asm("shl.b32 %0, %1, %2;" : "=r"(y) : "r"(x), "n"(S));
+    return y;
+  }
+}
+
+// The 16 bits at MSB-first offset OB in {0, 8, 16} of a: one ALU instruction (SHF, PRMT, LOP3).
+template <int OB>
+__device__ __forceinline__ uint32_t bits16_aligned(uint32_t a) {
+  static_assert(OB == 0 || OB == 8 || OB == 16, "aligned offsets only");
+  if constexpr (OB == 0) return a >> 16;
+  else if constexpr (OB == 8) return __byte_perm(a, 0u, 0x4421);  // (a >> 8) & 0xFFFF in one PRMT
+  else return a & 0xFFFFu;
+}
+
+// Extract 16 bits at MSB-first offset O (compile time) from the 96-bit window u0:u1:u2, with one ALU instruction per
+// state plus shared helpers:
+// - offset ob = O % 32 in {0, 8, 16} of word O / 32: that word directly;
+// - ob < 16 otherwise: the copy word << (ob % 8) (shl_opaque: FMA pipe, shared by the states with the same word and
+//   ob % 8) puts the state at 0 or 8;
+// - ob > 16 (the state straddles two words): the half word h = bits 16..47 of the pair (one funnel shift, shared by
+//   the states of that pair), then as above at ob - 16.
+// Against the two ALU instructions (shift + mask, or funnel shift + mask) the previous form spent on every state
+// off {0, 8, 16}: e.g. K = 3 17 -> 11 ALU + 7 IMAD.SHL per lane and tile, K = 4 11 -> 9 + 2, K = 2 as 5a194ae.
 template <int O>
 __device__ __forceinline__ uint32_t window_bits16(uint32_t u0, uint32_t u1, uint32_t u2) {
   static_assert(O >= 0 && O + 16 <= 96, "state outside the window");
   constexpr int wi = O / 32;
   constexpr int ob = O % 32;
   const uint32_t a = wi == 0 ? u0 : (wi == 1 ? u1 : u2);
-  if constexpr (ob == 0) {
-    return a >> 16;
-  } else if constexpr (ob == 16) {
-    return a & 0xFFFFu;
-  } else if constexpr (ob == 8) {
-    return __byte_perm(a, 0u, 0x4421);  // (a >> 8) & 0xFFFF in one PRMT
+  if constexpr (ob == 0 || ob == 8 || ob == 16) {
+    return bits16_aligned<ob>(a);
   } else if constexpr (ob < 16) {
-    return (a >> (16 - ob)) & 0xFFFFu;
+    return bits16_aligned<ob - ob % 8>(shl_opaque<ob % 8>(a));
   } else {
     static_assert(wi < 2, "straddles past the window");
     const uint32_t b = wi == 0 ? u1 : u2;
-    // bits [ob, ob+16) of a:b (64 bits MSB-first) = (a:b) >> (48 - ob), low 16 bits
-    return __funnelshift_r(b, a, 48 - ob) & 0xFFFFu;
+    const uint32_t h = __funnelshift_l(b, a, 16);  // bits 16..47 of a:b (MSB-first)
+    constexpr int oh = ob - 16;                     // 1..15
+    return bits16_aligned<oh - oh % 8>(shl_opaque<oh % 8>(h));
   }
 }
 
@@ -108,24 +134,7 @@ struct LaneWindow {
 template <int K2>
 __device__ __forceinline__ void lane_states(uint32_t w0, uint32_t w1, uint32_t w2, int r, uint32_t s[8]) {
   using B = TrellisBits<K2>;
-  if constexpr (B::kConstShift && K2 == 8) {
-    // K = 4: states 0, 2 and 4 start at bits 20, 28 and 36 of the raw words: straddling w0 / w1 or at a nibble offset
-    // of w1, two ALU instructions each (shift + mask). In the window word m = bits 20..51 (one funnel shift) they sit
-    // at bits 0, 8 and 16: one instruction each (SHF, PRMT, LOP3), so 13 -> 11 extraction instructions per lane and
-    // tile. States 1, 3, 5, 6, 7 (bits 24, 32, 40, 44, 48) as before.
-    constexpr int R = B::kShift;
-    static_assert(R == 20 && B::state_offset(0) == 0 && B::state_offset(2) == 8 && B::state_offset(4) == 16,
-                  "K = 4 offsets");
-    const uint32_t m = __funnelshift_l(w1, w0, R);
-    s[0] = window_bits16<B::state_offset(0)>(m, 0u, 0u);  // bits 0, 8, 16 of m (static_assert above)
-    s[1] = window_bits16<R + B::state_offset(1)>(w0, w1, w2);
-    s[2] = window_bits16<B::state_offset(2)>(m, 0u, 0u);
-    s[3] = window_bits16<R + B::state_offset(3)>(w0, w1, w2);
-    s[4] = window_bits16<B::state_offset(4)>(m, 0u, 0u);
-    s[5] = window_bits16<R + B::state_offset(5)>(w0, w1, w2);
-    s[6] = window_bits16<R + B::state_offset(6)>(w0, w1, w2);
-    s[7] = window_bits16<R + B::state_offset(7)>(w0, w1, w2);
-  } else if constexpr (B::kConstShift) {
+  if constexpr (B::kConstShift) {
     constexpr int R = B::kShift;
     s[0] = window_bits16<R + B::state_offset(0)>(w0, w1, w2);
     s[1] = window_bits16<R + B::state_offset(1)>(w0, w1, w2);
@@ -135,25 +144,6 @@ __device__ __forceinline__ void lane_states(uint32_t w0, uint32_t w1, uint32_t w
     s[5] = window_bits16<R + B::state_offset(5)>(w0, w1, w2);
     s[6] = window_bits16<R + B::state_offset(6)>(w0, w1, w2);
     s[7] = window_bits16<R + B::state_offset(7)>(w0, w1, w2);
-  } else if constexpr (K2 == 4) {
-    // K = 2: the states sit at offsets 2j (j = 0..7) of the normalised word u0 (they end by bit 30, so u0 is the
-    // whole window). Offsets 0 and 8 are one instruction each (SHF, PRMT), the others two (shift + mask); in the
-    // copies u0 << 2, << 4, << 6 the states at 2, 4, 6 sit at bit 0 and those at 10, 12, 14 at bit 8: 3 shifts + 6
-    // single instructions instead of 12, so 15 -> 12 ALU instructions per lane and tile with the funnel shift.
-    static_assert(B::state_offset(1) == 2 && B::state_offset(7) == 14, "K = 2 offsets");
-    const uint32_t u0 = __funnelshift_l(w1, w0, r);
-    uint32_t v2, v4, v6;  // opaque shifts: left visible, the compiler folds v >> 16 back into (u0 >> 14) & 0xFFFF
-    asm("shl.b32 %0, %1, 2;" : "=r"(v2) : "r"(u0));
-    asm("shl.b32 %0, %1, 4;" : "=r"(v4) : "r"(u0));
-    asm("shl.b32 %0, %1, 6;" : "=r"(v6) : "r"(u0));
-    s[0] = window_bits16<0>(u0, 0u, 0u);
-    s[1] = window_bits16<0>(v2, 0u, 0u);
-    s[2] = window_bits16<0>(v4, 0u, 0u);
-    s[3] = window_bits16<0>(v6, 0u, 0u);
-    s[4] = window_bits16<8>(u0, 0u, 0u);
-    s[5] = window_bits16<8>(v2, 0u, 0u);
-    s[6] = window_bits16<8>(v4, 0u, 0u);
-    s[7] = window_bits16<8>(v6, 0u, 0u);
   } else {
     const uint32_t u0 = __funnelshift_l(w1, w0, r);
     const uint32_t u1 = __funnelshift_l(w2, w1, r);
