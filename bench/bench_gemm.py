@@ -138,9 +138,12 @@ def main(argv=None):
     ap.add_argument("--ms", default=",".join(map(str, MS)))
     ap.add_argument("--codebook", default="mcg")
     ap.add_argument("--max-seconds", type=float, default=400.0, help="stop starting new points after this")
+    ap.add_argument("--no-exllamav3", action="store_true",
+                    help="do not import exllamav3 (e.g. while its extension builds in the background: the import "
+                         "would wait on the build's lock)")
     args = ap.parse_args(argv)
     t0 = time.time()
-    ext = exllamav3_ext()
+    ext = None if args.no_exllamav3 else exllamav3_ext()
     rates = {"hbm_gbs": hbm_read_gbs(), "tensor_tflops": tensor_tflops()}
     print(f"measured: HBM read {rates['hbm_gbs']:.0f} GB/s, bf16 tensor {rates['tensor_tflops']:.0f} TFLOP/s", flush=True)
     commit = os.environ.get("BENCH_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
