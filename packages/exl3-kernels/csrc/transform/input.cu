@@ -2,7 +2,8 @@
 // fp16 (the GEMM's and reconstruct_act's A operand) or bf16 (the reconstruct_n path with bf16 activations, whose
 // cuBLAS call then writes bf16 directly).
 //
-// One warp per (row, 128-column block): lane l loads x[row, 128b + 4l .. +3] once (fp16 or bf16,
+// One warp per (row, 128-column block), blocks of up to 8 such warps of one row (grid: rows x k / 1024): lane l
+// loads x[row, 128b + 4l .. +3] once (fp16 or bf16,
 // 8 bytes), then for each shard multiplies by that shard's suh in fp32, runs the 128-point FWHT
 // (hadamard.cuh), scales by 1/sqrt(128) and rounds once to fp16 (the GEMM's A operand). Loads and
 // stores are 8 bytes per lane, 256 contiguous bytes per warp.
@@ -24,12 +25,14 @@ namespace exl3 {
 template <bool kBf16, bool kOutBf16, bool kLohi = false>
 __global__ void __launch_bounds__(256) input_transform_kernel(const __grid_constant__ InputTransformParams p) {
   pdl_launch_dependents();  // the GEMM may start prefetching its trellis (it waits before reading xh)
+  // grid (m, ceil(blocks_k / warps per block)): no index division. A flat warp index divided in 64 bits, and the
+  // butterflies as FSEL + FADD, made the bf16 -> fp16 instance 264 SASS instructions (now 144); ncu at m = 2048,
+  // k = 4096: 15.7 -> 13.3 us, issue-bound both times (bench/results/profiles/input-transform-grid-ffma/)
   const int lane = threadIdx.x & 31;
-  const int blocks_k = p.k / 128;
-  const int64_t wid = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
-  if (wid >= (int64_t)p.m * blocks_k) return;
-  const int row = (int)(wid / blocks_k);
-  const int col = (int)(wid % blocks_k) * 128 + 4 * lane;
+  const int kb = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (kb >= p.k / 128) return;
+  const int row = blockIdx.x;
+  const int col = kb * 128 + 4 * lane;
   float xv[4];
   const uint2 raw = *reinterpret_cast<const uint2*>(
       reinterpret_cast<const uint16_t*>(p.x) + (int64_t)row * p.x_stride + col);
@@ -74,21 +77,23 @@ __global__ void __launch_bounds__(256) input_transform_kernel(const __grid_const
 }
 
 cudaError_t launch_input_transform(const InputTransformParams& p, cudaStream_t stream) {
-  const int64_t warps = (int64_t)p.m * (p.k / 128);
-  if (warps == 0) return cudaSuccess;
-  const int blocks = (int)((warps + 7) / 8);
+  const int blocks_k = p.k / 128;
+  if (p.m == 0 || blocks_k == 0) return cudaSuccess;
+  // one block per row and up to 8 128-column blocks (one warp each): m <= 2^31 - 1 blocks in x, blocks_k / 8 in y
+  const int wpb = blocks_k < 8 ? blocks_k : 8;
+  const dim3 blocks(p.m, (blocks_k + wpb - 1) / wpb);
   if (p.xh_lohi && p.x_bf16)
-    input_transform_kernel<true, false, true><<<blocks, 256, 0, stream>>>(p);
+    input_transform_kernel<true, false, true><<<blocks, 32 * wpb, 0, stream>>>(p);
   else if (p.xh_lohi)
-    input_transform_kernel<false, false, true><<<blocks, 256, 0, stream>>>(p);
+    input_transform_kernel<false, false, true><<<blocks, 32 * wpb, 0, stream>>>(p);
   else if (p.x_bf16 && p.xh_bf16)
-    input_transform_kernel<true, true><<<blocks, 256, 0, stream>>>(p);
+    input_transform_kernel<true, true><<<blocks, 32 * wpb, 0, stream>>>(p);
   else if (p.x_bf16)
-    input_transform_kernel<true, false><<<blocks, 256, 0, stream>>>(p);
+    input_transform_kernel<true, false><<<blocks, 32 * wpb, 0, stream>>>(p);
   else if (p.xh_bf16)
-    input_transform_kernel<false, true><<<blocks, 256, 0, stream>>>(p);
+    input_transform_kernel<false, true><<<blocks, 32 * wpb, 0, stream>>>(p);
   else
-    input_transform_kernel<false, false><<<blocks, 256, 0, stream>>>(p);
+    input_transform_kernel<false, false><<<blocks, 32 * wpb, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -19,11 +19,13 @@ __device__ __forceinline__ void fwht128_lane4(float v[4], int lane) {
   // bits 2..6: lane bits 0..4
 #pragma unroll
   for (int m = 1; m < 32; m <<= 1) {
-    const bool upper = (lane & m) != 0;
+    // upper: o - v, lower: v + o, as one FFMA with a +-1 factor (single rounding either way, so bit-identical
+    // to the two-branch form; the select form compiled to FSEL + FADD per value)
+    const float sgn = (lane & m) ? -1.f : 1.f;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float o = __shfl_xor_sync(0xffffffffu, v[i], m);
-      v[i] = upper ? (o - v[i]) : (v[i] + o);
+      v[i] = fmaf(sgn, v[i], o);
     }
   }
 }
