@@ -11,8 +11,10 @@ this records, all as CUDA-graph replays with the weights rotated past L2 (bench/
 - ``epilogue_us``: the split-k epilogue alone (``_ops.output_transform`` on the zeroed accumulator);
 - ``cublas_us``: x @ W in bf16;
 and once, ``tiny_kernel_us``: a one-block kernel (``x[:1].add_(0)``), the floor of one serialized graph node.
-Then a least-squares line op_us = a + b k per (m) over the ks. Only the GEMM path's plans are broken down; other
-paths leave the component fields empty.
+Then a least-squares line op_us = a + b k per (m) over the ks; the autotuner may choose a different split at each
+k, so the line describes the op as served, not one kernel configuration. Only the GEMM path's plans are broken down;
+other paths leave the component fields empty. Run it without CUDA_EXL3_PATH / BM / SPLIT pins: the component timings
+use the autotuner's cached plan, which the pins would override in ``op_us`` only.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 // fp16 (the GEMM's and reconstruct_act's A operand) or bf16 (the reconstruct_n path with bf16 activations, whose
 // cuBLAS call then writes bf16 directly).
 //
-// One warp per (row, 128-column block), blocks of up to 8 such warps of one row (grid: rows x k / 1024): lane l
+// One warp per (row, 128-column block), blocks of up to 8 such warps of one row (grid: rows x ceil(k / 1024)): lane l
 // loads x[row, 128b + 4l .. +3] once (fp16 or bf16,
 // 8 bytes), then for each shard multiplies by that shard's suh in fp32, runs the 128-point FWHT
 // (hadamard.cuh), scales by 1/sqrt(128) and rounds once to fp16 (the GEMM's A operand). Loads and
@@ -79,7 +79,8 @@ __global__ void __launch_bounds__(256) input_transform_kernel(const __grid_const
 cudaError_t launch_input_transform(const InputTransformParams& p, cudaStream_t stream) {
   const int blocks_k = p.k / 128;
   if (p.m == 0 || blocks_k == 0) return cudaSuccess;
-  // one block per row and up to 8 128-column blocks (one warp each): m <= 2^31 - 1 blocks in x, blocks_k / 8 in y
+  // one block per row and up to 8 128-column blocks (one warp each): m <= 2^31 - 1 blocks in x, ceil(blocks_k / 8)
+  // in y (when blocks_k is just above a multiple of 8 the last y block has idle warps: k = 1152 launches 16 for 9)
   const int wpb = blocks_k < 8 ? blocks_k : 8;
   const dim3 blocks(p.m, (blocks_k + wpb - 1) / wpb);
   if (p.xh_lohi && p.x_bf16)

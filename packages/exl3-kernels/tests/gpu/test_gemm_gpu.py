@@ -658,3 +658,22 @@ def test_programmatic_dependent_launch_changes_nothing(split, monkeypatch):
     monkeypatch.setenv("CUDA_EXL3_PDL", "maybe")
     with pytest.raises(ValueError, match="CUDA_EXL3_PDL"):
         run(x)
+
+
+@pytest.mark.parametrize("k", [128, 640, 1024, 1152, 5120])
+def test_input_transform_grid_edges(k):
+    """The input transform's grid is (rows, ceil(k / 1024)) blocks of min(8, k / 128) warps: k = 128 (one warp per
+    block), 640 (five), 1152 (nine 128-column blocks: the second y block has one busy warp and seven that return at
+    once) and two full cases. Every row and column block equals the fp32 reference rounded to fp16 within one fp16
+    ulp (the summation order of the butterflies differs), for two shards; every entry of the output is compared.
+    Added with 8f63f8c's grid; first GPU run pending (docs/device-workflow.md)."""
+    from exl3_kernels import reference
+
+    g = torch.Generator(device="cuda").manual_seed(k)
+    x = torch.randn(37, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    suh = [(torch.rand(k, device="cuda", generator=g) + 0.5).half() for _ in range(2)]
+    xh = _ops.input_transform(x, suh)
+    assert xh.shape == (2, 37, k) and torch.isfinite(xh.float()).all()
+    for s, su in enumerate(suh):
+        exact = reference.input_transform(x, su, None)
+        torch.testing.assert_close(xh[s].float(), exact, rtol=2.0 ** -10, atol=1e-5)
