@@ -100,7 +100,7 @@ def _register_fakes() -> None:
         return x.new_empty((len(suh), x.shape[0], x.shape[1] * (2 if lohi else 1)), dtype=out_dtype or torch.float16)
 
     @torch.library.register_fake(lib + "gemm")
-    def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl=False, lohi=False):
+    def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl=False, lohi=False, cluster=False):
         n_total = sum(t.shape[1] * 16 for t in trellis)
         return xh.new_empty((xh.shape[1], n_total), dtype=out_dtype)
 
@@ -165,12 +165,28 @@ def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor],
     here, at every call; a captured CUDA graph keeps the setting of its capture): the GEMM then prefetches its
     first trellis stages while the kernel before it on the stream (the input transform) still runs, so that
     kernel must not write the trellis.
+
+    With CUDA_EXL3_CLUSTER=1 (read here, at every call) a split-k GEMM on sm_90+ (split 2..16) reduces its partial
+    sums inside one thread block cluster (csrc/gemm/gemm_kernel.cuh, "Split-k in a cluster"): ``acc`` is then not
+    touched, no epilogue kernel runs, and reruns are bit-identical. Libraries built before the option ignore it.
     """
+    pdl = env.get_bool("PDL", True)
+    if split > 1 and env.get_bool("CLUSTER", False) and _gemm_has_cluster_arg():
+        return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, lohi, True)
     if not lohi:  # the default: also works with libraries built before the lohi argument
-        return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype,
-                                           env.get_bool("PDL", True))
-    return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype,
-                                       env.get_bool("PDL", True), True)
+        return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl)
+    return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, True)
+
+
+def _gemm_has_cluster_arg() -> bool:
+    """Whether the loaded library's gemm schema has the ``cluster`` argument (libraries before it do not)."""
+    global _CLUSTER_ARG
+    if _CLUSTER_ARG is None:
+        _CLUSTER_ARG = any(a.name == "cluster" for a in torch.ops.exl3_kernels.gemm.default._schema.arguments)
+    return _CLUSTER_ARG
+
+
+_CLUSTER_ARG: bool | None = None
 
 
 def gemm_wgmma(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], bias: torch.Tensor | None,

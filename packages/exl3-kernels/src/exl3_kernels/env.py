@@ -18,6 +18,7 @@ library is not). Errors about a bad value name the spelling that was actually re
 | CUDA_EXL3_SPLITK_WORKSPACE_MB | size of the split-k fp32 accumulator; larger m x n disables split-k | 64 |
 | CUDA_EXL3_LIBRARY | path of the compiled op library to load instead of the packaged ``_C.abi3.so`` | unset |
 | CUDA_EXL3_WGMMA | 0: do not offer the Hopper wgmma GEMM (compute capability 9.0, built with 9.0) to the autotuner from m = 128; the pin CUDA_EXL3_PATH=wgmma works either way | 1 |
+| CUDA_EXL3_CLUSTER | 1: split-k GEMMs (mma.sync path, split 2..16, compute capability 9.0+) reduce their partial sums through distributed shared memory inside one thread block cluster instead of the fp32 accumulator + epilogue kernel (one kernel per op instead of two; bit-identical reruns); read by ``_ops.gemm`` at each call, a captured CUDA graph keeps its capture-time setting; libraries built before it ignore it | 0 |
 | CUDA_EXL3_PDL | 0: launch the GEMM and its split-k epilogue without programmatic dependent launch (sm_90+ only, and only for GEMM grids of at least one block per SM; read by ``_ops.gemm`` at each call, a captured CUDA graph keeps its capture-time setting) | 1 |
 """
 from __future__ import annotations
