@@ -26,22 +26,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemm import bucket_key  # noqa: E402
+from bench_gemm import bucket_key, make_layer  # noqa: E402
 from timing import copies_for, graph_time_us  # noqa: E402
 
 from exl3_kernels import _ops, autotune, workspace  # noqa: E402
-from exl3_kernels.linear import CODEBOOK_IDS, Exl3Layer, exl3_linear  # noqa: E402
-
-
-def make_layers(k: int, n: int, K: int, codebook: str, count: int) -> list[Exl3Layer]:
-    out = []
-    for s in range(count):
-        g = torch.Generator(device="cuda").manual_seed(s)
-        t = torch.randint(-32768, 32768, (k // 16, n // 16, 16 * K), generator=g, device="cuda",
-                          dtype=torch.int32).to(torch.int16)
-        out.append(Exl3Layer([t], [(torch.rand(k, device="cuda") / k ** 0.5).half()],
-                             [(torch.rand(n, device="cuda") + 0.5).half()], codebook))
-    return out
+from exl3_kernels.linear import CODEBOOK_IDS, exl3_linear  # noqa: E402
 
 
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -54,12 +43,13 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
 
 
 def main(argv=None) -> None:
+    """Run the sweep (arguments: see the module docstring) and write the JSON to --out."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--n", type=int, default=11008)
     ap.add_argument("--ks", default="256,512,1024,2048,4096")
     ap.add_argument("--ms", default="1,16")
-    ap.add_argument("--K", type=int, default=4)
+    ap.add_argument("--K", type=float, default=4, help="bits per weight (1..8, or 1.5 / 2.5 / 3.5 with mul1)")
     ap.add_argument("--codebook", default="mcg")
     args = ap.parse_args(argv)
     cb = CODEBOOK_IDS[args.codebook]
@@ -68,7 +58,8 @@ def main(argv=None) -> None:
            "tiny_kernel_us": graph_time_us([lambda: tiny[:1].add_(0)]), "points": [], "fits": {}}
     print(f"tiny kernel: {res['tiny_kernel_us']:.2f} us", flush=True)
     for k in [int(v) for v in args.ks.split(",")]:
-        Ls = make_layers(k, args.n, args.K, args.codebook, copies_for(k * args.n * args.K // 8))
+        Ls = [make_layer(k, [args.n], [args.K], args.codebook, seed)
+              for seed in range(copies_for(int(k * args.n * args.K / 8)))]
         dense = [torch.randn(k, args.n, device="cuda", dtype=torch.bfloat16)
                  for _ in range(copies_for(2 * k * args.n))]
         for m in [int(v) for v in args.ms.split(",")]:

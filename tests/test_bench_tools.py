@@ -66,3 +66,13 @@ def test_replay_gap_pins_each_plan(monkeypatch):
         assert autotune._apply_pins(Plan("reconstruct"), (16,)) == plan
     for v in replay_gap.PIN_VARS:  # pin() wrote os.environ directly
         os.environ.pop(v, None)
+
+
+def test_overhead_sweep_fit_recovers_a_line():
+    """overhead_sweep.fit is ordinary least squares: an exact line comes back exactly, a noisy one to its mean."""
+    import overhead_sweep
+
+    a, b = overhead_sweep.fit([256, 512, 1024, 2048, 4096], [5.8 + 3.67 * k / 1024 for k in (256, 512, 1024, 2048, 4096)])
+    assert a == pytest.approx(5.8) and b * 1024 == pytest.approx(3.67)
+    a, b = overhead_sweep.fit([0, 0, 2, 2], [1.0, 3.0, 5.0, 7.0])  # means 2 at x = 0 and 6 at x = 2
+    assert (a, b) == pytest.approx((2.0, 2.0))
