@@ -30,7 +30,8 @@
 // the tile is finished by the block of rank r % split, warp (r / split) % 8: lane l sums columns 4l..4l+3 of that row
 // over ranks 0, 1, .., split - 1 in that order (16-byte ld.shared::cluster each: a warp reads one 512-byte row of a
 // remote block, conflict-free as for the local copy-out) and runs the same finish as split == 1 (FWHT, svh, bias,
-// one rounding). A second cluster barrier keeps every block's shared memory alive until all reads are done. No
+// one rounding). A second cluster barrier (relaxed: no fence behind the y stores) keeps every block's shared memory alive
+// until all reads are done, as CUTLASS ends its distributed-shared-memory kernels. No
 // accumulator, no atomics, no epilogue kernel (that kernel is a graph node of ~1.5 us at m <= 16,
 // bench/results/profiles/overhead-b906f14/), and the sum order is fixed: bit-identical from run to run.
 #pragma once
@@ -319,7 +320,7 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
       }
       finish_row4(v, lane, sh, col, p.bias, p.y, (int64_t)(row0 + r) * p.n_total + col, p.y_bf16);
     }
-    cluster_sync_all();
+    cluster_sync_all_relaxed();  // keep this block's shared memory alive until every rank has read it
     return;
   }
 
@@ -405,6 +406,9 @@ cudaError_t launch_gemm_instance(const GemmParams& p, cudaStream_t stream) {
   dim3 grid(p.n_total / 128, (p.m + BM - 1) / BM, p.split);
   static const bool image_pdl = kernel_has_pdl(gemm_kernel<CB, BM, LOHI>);  // thread-safe static init
   if (p.cluster) {
+    // the cluster epilogue exists only in sm_90+ code: an image of older PTX (JIT-compiled here) has it compiled out
+    // and would trap (cluster size 1), so refuse before launching
+    if (!image_pdl) return cudaErrorNotSupported;
     // clusters above 8 blocks need the non-portable opt-in (sm_90 allows 16); set once per device, as above
     static unsigned cluster_attr_mask = 0;
     if (p.split > 8 && (dev >= 32 || !((cluster_attr_mask >> dev) & 1u))) {

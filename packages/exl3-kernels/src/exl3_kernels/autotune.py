@@ -122,8 +122,9 @@ def _time(fn: Callable[[], object], device: torch.device, reps: int = 5) -> floa
 
 
 def _key(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, deterministic: bool) -> tuple:
-    """Cache key of a plan: (shape, m bucket, dtype, device, deterministic mode)."""
-    return (shape, m_bucket(m), dtype, device, deterministic)
+    """Cache key of a plan: (shape, m bucket, dtype, device, deterministic mode, CUDA_EXL3_CLUSTER: the split-k
+    timings differ with the cluster reduction)."""
+    return (shape, m_bucket(m), dtype, device, deterministic, env.get_bool("CLUSTER", False))
 
 
 def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,

@@ -19,6 +19,16 @@ __device__ __forceinline__ void cluster_sync_all() {
 #endif
 }
 
+// The same barrier without memory ordering (arrive.relaxed): for the last barrier of a kernel, whose only job is to
+// keep this block's shared memory alive until the other blocks' remote reads are done (their loaded values are
+// already consumed when they arrive). The release form compiles to MEMBAR.ALL.GPU before the arrive (SASS, sm_90),
+// which would make every block wait for its global stores before exiting.
+__device__ __forceinline__ void cluster_sync_all_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;\n" ::: "memory");
+#endif
+}
+
 // Rank of this block in its cluster (0 .. size - 1) and the cluster's size in blocks.
 __device__ __forceinline__ uint32_t cluster_rank() {
   uint32_t r = 0;
