@@ -351,3 +351,22 @@ def test_wgmma_candidates_on_by_default(monkeypatch):
     assert not linear.wgmma_offered(dev, 2)
     monkeypatch.setenv("CUDA_EXL3_WGMMA", "0")
     assert not linear.wgmma_offered(dev, 1)
+
+
+def test_deterministic_split_k_only_through_clusters():
+    """Deterministic mode: split 1 without the cluster reduction; with it (cluster_splitk) the same kind of
+    wave-filling split as the timed mode, capped at the largest cluster (16) and not limited by the accumulator."""
+    from exl3_kernels.plan import CLUSTER_MAX_SPLIT
+
+    for ns in ([11008], [4096], [5120], [4096, 1024, 1024]):
+        shape = LayerShape(4096, tuple(ns), tuple(8 for _ in ns), 1)
+        assert cost_model(shape, 1, 132, ACC, deterministic=True).split == 1
+        p = cost_model(shape, 1, 132, ACC, deterministic=True, cluster_splitk=True)
+        assert p.path == "gemm" and 2 <= p.split <= CLUSTER_MAX_SPLIT, (ns, p)
+        # the accumulator capacity does not limit it (no accumulator is used)
+        assert cost_model(shape, 1, 132, 0, deterministic=True, cluster_splitk=True).split == p.split
+        assert cost_model(shape, 1, 132, 0).split == 1  # the atomic path needs the accumulator
+    # where the accumulator rule does not bind, the choice equals the timed mode's cost-model plan
+    big = LayerShape(4096, (28672,), (8,), 1)
+    assert cost_model(big, 64, 132, ACC, deterministic=True, cluster_splitk=True) == cost_model(big, 64, 132, ACC)
+    assert cost_model(big, 64, 132, ACC, deterministic=True, cluster_splitk=True).split > 1

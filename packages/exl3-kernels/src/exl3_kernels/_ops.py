@@ -144,7 +144,8 @@ def input_transform(x: torch.Tensor, suh: list[torch.Tensor], out_dtype: torch.d
 
 
 def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], bias: torch.Tensor | None,
-         codebook: int, bm: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype, lohi: bool = False) -> torch.Tensor:
+         codebook: int, bm: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype, lohi: bool = False,
+         cluster: bool | None = None) -> torch.Tensor:
     """Trellis GEMM with fused output transform: y = had_n(xh @ Ŵ) * svh + bias.
 
     Args:
@@ -166,12 +167,18 @@ def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor],
     first trellis stages while the kernel before it on the stream (the input transform) still runs, so that
     kernel must not write the trellis.
 
-    With CUDA_EXL3_CLUSTER=1 (read here, at every call) a split-k GEMM on sm_90+ (split 2..16) reduces its partial
-    sums inside one thread block cluster (csrc/gemm/gemm_kernel.cuh, "Split-k in a cluster"): ``acc`` is then not
-    touched, no epilogue kernel runs, and reruns are bit-identical. Libraries built before the option ignore it.
+    ``cluster``: None = CUDA_EXL3_CLUSTER (read here, at every call); True / False override it. With it a split-k
+    GEMM on sm_90+ (split 2..16) reduces its partial sums inside one thread block cluster
+    (csrc/gemm/gemm_kernel.cuh, "Split-k in a cluster"): ``acc`` is then not touched, no epilogue kernel runs, and
+    reruns are bit-identical. Libraries built before the option ignore the variable; ``cluster=True`` with such a
+    library raises RuntimeError.
     """
     pdl = env.get_bool("PDL", True)
-    if split > 1 and env.get_bool("CLUSTER", False) and _gemm_has_cluster_arg():
+    if cluster is None:
+        cluster = env.get_bool("CLUSTER", False) and _gemm_has_cluster_arg()
+    elif cluster and not _gemm_has_cluster_arg():
+        raise RuntimeError("exl3_kernels.gemm: cluster=True needs a library with the cluster split-k (this one predates it)")
+    if split > 1 and cluster:
         return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, lohi, True)
     if not lohi:  # the default: also works with libraries built before the lohi argument
         return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl)
@@ -187,6 +194,16 @@ def _gemm_has_cluster_arg() -> bool:
 
 
 _CLUSTER_ARG: bool | None = None
+
+
+def cluster_splitk_available(device: torch.device | str) -> bool:
+    """Whether split-k can be reduced inside a thread block cluster on ``device``: compute capability 9.0+ and a
+    loaded library whose gemm has the ``cluster`` argument. (The op still refuses, with an error, an image of
+    pre-sm_90 PTX JIT-compiled for the device.)"""
+    if not available():
+        return False
+    dev = torch.device(device)
+    return dev.type == "cuda" and torch.cuda.get_device_capability(dev)[0] >= 9 and _gemm_has_cluster_arg()
 
 
 def gemm_wgmma(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], bias: torch.Tensor | None,

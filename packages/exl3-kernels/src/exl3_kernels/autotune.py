@@ -129,16 +129,19 @@ def _key(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, de
 
 def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,
            built_bm: tuple[int, ...], run: Callable[[Plan], object], lohi_bm: tuple[int, ...] = (),
-           wgmma: bool = False) -> Plan:
+           wgmma: bool = False, cluster_splitk: bool = False) -> Plan:
     """Plan for this call. ``run(plan)`` executes the layer with a plan (used only when timing). ``wgmma``: the
     Hopper wgmma GEMM may be timed (built for this codebook, device of compute capability 9.0); the cost model
-    never picks it, so under capture it is used only where an earlier timing chose it."""
+    never picks it, so under capture it is used only where an earlier timing chose it. ``cluster_splitk``: the
+    device and library can reduce split-k inside a thread block cluster (:func:`_ops.cluster_splitk_available`),
+    which lets deterministic mode use split-k (:func:`plan.cost_model`)."""
     deterministic = env.get_bool("DETERMINISTIC")
     recon_min_m = env.get_int("RECON_MIN_M", 1024)
     key = _key(shape, m, dtype, device, deterministic)
     plan = _cache.get(key)
     if plan is None:
-        base = cost_model(shape, m, sm_count(device), acc_capacity, recon_min_m, built_bm, deterministic)
+        base = cost_model(shape, m, sm_count(device), acc_capacity, recon_min_m, built_bm, deterministic,
+                          cluster_splitk)
         if (deterministic or not env.get_bool("AUTOTUNE", True) or torch.cuda.is_current_stream_capturing()):
             plan = base
             if not torch.cuda.is_current_stream_capturing():

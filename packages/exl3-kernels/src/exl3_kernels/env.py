@@ -12,7 +12,7 @@ library is not). Errors about a bad value name the spelling that was actually re
 | CUDA_EXL3_LOHI | 1: use the GEMM's lohi variant wherever the plan has an instance of it (gemm path, BM 16, 3inst / mcg: the tensor core adds the two halves of each decoded weight); 0: never | unset: planner |
 | CUDA_EXL3_AUTOTUNE | 1: time candidate plans once per (layer shape, m bucket) outside graph capture | 1 |
 | CUDA_EXL3_AUTOTUNE_PRIME | 1: the first call in an untuned m bucket also tunes every smaller power-of-two bucket on its first rows (vLLM's profile run then tunes them all at start-up) | 1 |
-| CUDA_EXL3_DETERMINISTIC | 1: no atomics (split = 1) and a fixed, timing-free path choice: bit-identical reruns | 0 |
+| CUDA_EXL3_DETERMINISTIC | 1: no atomics (split = 1, or on sm_90+ with a library that has it split-k reduced inside a thread block cluster in a fixed order) and a fixed, timing-free path choice: bit-identical reruns | 0 |
 | CUDA_EXL3_RECON_MIN_M | smallest m for which the cost model picks the reconstruct path | 1024 |
 | CUDA_EXL3_RECON_WORKSPACE_MB | size cap of the dense-W workspace; bigger layers are built in column chunks | 512 |
 | CUDA_EXL3_SPLITK_WORKSPACE_MB | size of the split-k fp32 accumulator; larger m x n disables split-k | 64 |

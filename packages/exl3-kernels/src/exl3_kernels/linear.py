@@ -193,7 +193,10 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
         return _ops.gemm_wgmma(xh, trellis, svh, bias32, codebook, plan.split, acc, x2.dtype)
     xh = _ops.input_transform(x2, suh, lohi=plan.lohi)
     acc = workspace.splitk_acc(x2.device) if plan.split > 1 else xh
-    return _ops.gemm(xh, trellis, svh, bias32, codebook, plan.bm, plan.split, acc, x2.dtype, plan.lohi)
+    # deterministic mode plans split-k only where the cluster reduction (fixed order) is available: force it
+    cluster = (True if plan.split > 1 and env.get_bool("DETERMINISTIC") and _ops.cluster_splitk_available(x2.device)
+               else None)
+    return _ops.gemm(xh, trellis, svh, bias32, codebook, plan.bm, plan.split, acc, x2.dtype, plan.lohi, cluster)
 
 
 def _check_aligned(tensors: list[torch.Tensor], what: str) -> None:
@@ -230,7 +233,8 @@ def _linear_cuda(x, trellis, suh, svh, bias, codebook: int) -> torch.Tensor:
                                        lambda p, rows: _run_plan(p, x2[:rows], trellis, suh, svh, bias32, codebook),
                                        lohi_bm, wgmma)
     plan = autotune.choose(shape, m, x2.dtype, x2.device, workspace.splitk_capacity(), built,
-                           lambda p: _run_plan(p, x2, trellis, suh, svh, bias32, codebook), lohi_bm, wgmma)
+                           lambda p: _run_plan(p, x2, trellis, suh, svh, bias32, codebook), lohi_bm, wgmma,
+                           _ops.cluster_splitk_available(x2.device))
     y = _run_plan(plan, x2, trellis, suh, svh, bias32, codebook)
     return y.reshape(*x.shape[:-1], n_total)
 

@@ -115,8 +115,12 @@ def wave_splits(shape: LayerShape, m: int, bm: int, sm_count: int, max_waves: in
     return sorted(out)
 
 
+CLUSTER_MAX_SPLIT = 16  # largest thread block cluster on sm_90 (non-portable size; ops.cpp and gemm_kernel.cuh)
+
+
 def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, recon_min_m: int = 1024,
-               built_bm: tuple[int, ...] = BM_TIERS, deterministic: bool = False) -> Plan:
+               built_bm: tuple[int, ...] = BM_TIERS, deterministic: bool = False,
+               cluster_splitk: bool = False) -> Plan:
     """Heuristic plan without timing.
 
     - m >= ``recon_min_m``: reconstruct (the GEMM decodes the trellis once per BM rows; cuBLAS wins once
@@ -124,7 +128,9 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
     - else the smallest BM tier covering m (capped at the largest), and, when the grid does not fill one
       wave of resident blocks, the split-k with the best wave efficiency among the whole-wave fits
       (:func:`wave_splits`), within :func:`splitk_allowed` and :func:`max_split`.
-    - ``deterministic``: no split-k (no atomics).
+    - ``deterministic``: no split-k (no atomics), unless ``cluster_splitk``: the split-k GEMM then reduces inside a
+      thread block cluster in a fixed order (sm_90+, CUDA_EXL3_CLUSTER path), bit-identical from run to run, so
+      splits up to CLUSTER_MAX_SPLIT are chosen as without determinism (no accumulator, so no traffic rule).
     """
     if m >= recon_min_m:
         return Plan("reconstruct")
@@ -132,14 +138,18 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
     blocks = (shape.n_total // 128) * math.ceil(m / bm)
     cap = BLOCKS_PER_SM.get(bm, 2) * sm_count
     split = 1
-    if not deterministic and blocks < cap:
+    if deterministic and cluster_splitk:
+        allowed = lambda s: s <= CLUSTER_MAX_SPLIT  # noqa: E731
+    else:
+        allowed = lambda s: splitk_allowed(shape, m, s, acc_capacity)  # noqa: E731
+    if (not deterministic or cluster_splitk) and blocks < cap:
         # fill at least one wave, then prefer the split with the least tail among the whole-wave fits
-        options = [s for s in wave_splits(shape, m, bm, sm_count) if splitk_allowed(shape, m, s, acc_capacity)]
+        options = [s for s in wave_splits(shape, m, bm, sm_count) if allowed(s)]
         if options:
             split = max(options, key=lambda s: (wave_efficiency(blocks * s, cap), -s))
         else:
             split = min(max_split(shape), math.ceil(cap / blocks))
-            while split > 1 and not splitk_allowed(shape, m, split, acc_capacity):
+            while split > 1 and not allowed(split):
                 split -= 1
     return Plan("gemm", bm, split)
 
