@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include <atomic>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -125,6 +126,8 @@ Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::opt
   TORCH_CHECK(x.stride(1) == 1 && x.stride(0) % 4 == 0, "exl3_kernels.input_transform: x needs unit column stride and a row stride multiple of 4, got strides ", x.strides());
   const int64_t m = x.size(0), k = x.size(1);
   TORCH_CHECK(k % 128 == 0, "exl3_kernels.input_transform: k = ", k, " is not a multiple of 128");
+  TORCH_CHECK(m <= INT32_MAX && k <= INT32_MAX, "exl3_kernels.input_transform: m = ", m, " and k = ", k,
+              " must fit in 32 bits (the kernel's grid has one block row per row of x)");
   const int64_t S = static_cast<int64_t>(suh.size());
   TORCH_CHECK(S >= 1 && S <= exl3::kMaxShards, "exl3_kernels.input_transform: 1..", exl3::kMaxShards, " suh tensors, got ", S);
   c10::cuda::CUDAGuard guard(x.device());
@@ -166,6 +169,7 @@ Tensor gemm_setup(exl3::GemmParams& p, const char* op, const Tensor& xh, const s
   // the lohi variant reads xh in the lohi layout of input_transform(..., lohi=True): 2k columns per row
   TORCH_CHECK(!lohi || xh.size(2) % 2 == 0, "exl3_kernels.", op, ": lohi xh must have 2k columns, got ", xh.size(2));
   const int64_t S = xh.size(0), m = xh.size(1), k = lohi ? xh.size(2) / 2 : xh.size(2);
+  TORCH_CHECK(m <= INT32_MAX && k <= INT32_MAX, "exl3_kernels.", op, ": m = ", m, " and k = ", k, " must fit in 32 bits");
   TORCH_CHECK(static_cast<int64_t>(trellis.size()) == S, "exl3_kernels.", op, ": xh has ", S, " shards, trellis list has ", trellis.size());
   const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, xh);
   check_aligned(xh, 16, op, "xh");
