@@ -63,19 +63,7 @@ cudaError_t launch_maybe_pdl_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 b
 template <typename... KArgs, typename... Args>
 cudaError_t launch_maybe_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
                              Args&&... args) {
-  cudaLaunchAttribute attr[1] = {};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = pdl ? attr : nullptr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-  const cudaError_t last = cudaGetLastError();  // clear it, as the <<<>>> launches do with cudaGetLastError
-  return e != cudaSuccess ? e : last;
+  return launch_maybe_pdl_cluster(kernel, grid, block, smem, stream, pdl, 1, std::forward<Args>(args)...);
 }
 
 // Whether the loaded image of `kernel` was compiled for sm_90+ (ptxVersion >= 90), i.e. contains the griddepcontrol
