@@ -97,3 +97,27 @@ def test_cluster_splitk_graph_replay_equals_eager(n, split, monkeypatch):
         g.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, fn())
+
+
+def test_autotuner_times_cluster_plans_and_runs_the_winner(monkeypatch):
+    """With CUDA_EXL3_CLUSTER unset the autotuner times cluster plans at m = 64 next to the accumulator ones; the
+    layer then runs whichever won, within the fp16 tolerance of the reference; an accumulator plan leaves the
+    accumulator zero and a cluster plan never touches it."""
+    _cluster_ready()
+    from exl3_kernels import autotune
+    from exl3_kernels.linear import Exl3Layer, exl3_linear
+
+    monkeypatch.delenv("CUDA_EXL3_CLUSTER", raising=False)
+    monkeypatch.delenv("VLLM_EXL3_CLUSTER", raising=False)
+    monkeypatch.delenv("CUDA_EXL3_DETERMINISTIC", raising=False)
+    autotune.clear()
+    cb = "mcg" if compiled(1, 8) else "mul1"
+    trellis, suh, svh, bias = random_layer(4096, [2048], [8], seed=9, bias=True)
+    layer = Exl3Layer(trellis, suh, svh, cb, bias)
+    x = torch.randn(64, 4096, device="cuda", dtype=torch.float16)
+    y = exl3_linear(x, layer)
+    timed = [c for t in autotune.cached_timings().values() for c in t["first"]]
+    assert any(c.endswith(",cluster)") for c in timed), timed
+    assert rel_err(y, reference_forward(x, trellis, suh, svh, bias, cb)) < TOL[torch.float16]
+    acc = workspace.splitk_acc(x.device)
+    assert not acc.any()
