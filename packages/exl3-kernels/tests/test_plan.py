@@ -351,3 +351,72 @@ def test_wgmma_candidates_on_by_default(monkeypatch):
     assert not linear.wgmma_offered(dev, 2)
     monkeypatch.setenv("CUDA_EXL3_WGMMA", "0")
     assert not linear.wgmma_offered(dev, 1)
+
+
+def test_deterministic_split_k_only_through_clusters():
+    """Deterministic mode: split 1 without the cluster reduction; with it (cluster_splitk) a cluster plan whose grid
+    fills at most one wave of resident blocks, capped at the portable cluster size (8), not limited by the
+    accumulator. 4096x11008 at m = 64 (BM64, 86 blocks, 396 resident): split 4, where the cost model with atomics
+    picks the two-wave split 9 (the deterministic cluster plan of 96288fb, 45.6 us against 33.2 at split 4)."""
+    from exl3_kernels.plan import CLUSTER_PLAN_MAX_SPLIT
+
+    for ns in ([11008], [4096], [5120], [4096, 1024, 1024], [17408]):
+        shape = LayerShape(4096, tuple(ns), tuple(8 for _ in ns), 1)
+        assert cost_model(shape, 1, 132, ACC, deterministic=True) == Plan("gemm", 16, 1)
+        p = cost_model(shape, 1, 132, ACC, deterministic=True, cluster_splitk=True)
+        assert p.path == "gemm" and p.cluster and 2 <= p.split <= CLUSTER_PLAN_MAX_SPLIT, (ns, p)
+        blocks = sum(ns) // 128
+        assert blocks * p.split <= BLOCKS_PER_SM[16] * 132 < blocks * (p.split + 1) or p.split == 8, (ns, p)
+        # the accumulator capacity does not limit it (no accumulator is used)
+        assert cost_model(shape, 1, 132, 0, deterministic=True, cluster_splitk=True) == p
+        assert cost_model(shape, 1, 132, 0).split == 1  # the atomic path needs the accumulator
+    mid = LayerShape(4096, (11008,), (8,), 1)
+    assert cost_model(mid, 64, 132, ACC).split == 9
+    assert cost_model(mid, 64, 132, ACC, deterministic=True, cluster_splitk=True) == Plan("gemm", 64, 4, cluster=True)
+    # a grid that already fills the GPU stays at split 1, without the cluster flag
+    wide = LayerShape(4096, (28672 * 4,), (8,), 1)
+    assert cost_model(wide, 64, 132, ACC, deterministic=True, cluster_splitk=True) == Plan("gemm", 64, 1)
+
+
+def test_cluster_candidates_only_where_measured_useful():
+    """The autotuner times cluster plans only with cluster_splitk, outside deterministic mode, for m = 32..256, at
+    splits 2..8 within max_split; str() marks them."""
+    from exl3_kernels.plan import CLUSTER_MAX_M, CLUSTER_MIN_M, CLUSTER_PLAN_MAX_SPLIT
+
+    shape = LayerShape(4096, (11008,), (8,), 1)
+    for m in (1, 16, 32, 64, 256, 512):
+        plain = candidates(shape, m, 132, ACC)
+        with_c = candidates(shape, m, 132, ACC, cluster_splitk=True)
+        assert not any(p.cluster for p in plain)
+        cl = [p for p in with_c if p.cluster]
+        assert [p for p in with_c if not p.cluster] == plain
+        if CLUSTER_MIN_M <= m <= CLUSTER_MAX_M:
+            assert cl and all(p.path == "gemm" and 2 <= p.split <= CLUSTER_PLAN_MAX_SPLIT and not p.lohi for p in cl)
+            assert Plan("gemm", 64, 4, cluster=True) in cl or m != 64
+        else:
+            assert not cl, (m, cl)
+        assert not any(p.cluster for p in candidates(shape, m, 132, ACC, deterministic=True, cluster_splitk=True))
+    short = LayerShape(512, (11008,), (8,), 1)  # max_split 2
+    assert {p.split for p in candidates(short, 64, 132, ACC, cluster_splitk=True) if p.cluster} == {2}
+    assert str(Plan("gemm", 64, 4, cluster=True)) == "gemm(bm=64,split=4,cluster)"
+
+
+def test_cluster_mode_and_split_pin(monkeypatch):
+    """CUDA_EXL3_CLUSTER is three-valued (unset: the plan decides; 1 / 0) and part of the plan cache key; a pinned
+    split outside 2..16 drops the cluster flag (the kernel reduces in clusters of at most 16 blocks)."""
+    from exl3_kernels import autotune
+
+    monkeypatch.delenv("CUDA_EXL3_CLUSTER", raising=False)
+    monkeypatch.delenv("VLLM_EXL3_CLUSTER", raising=False)
+    shape = LayerShape(4096, (11008,), (8,), 1)
+    keys = []
+    for val, mode in ((None, None), ("1", True), ("0", False)):
+        if val is not None:
+            monkeypatch.setenv("CUDA_EXL3_CLUSTER", val)
+        assert autotune.cluster_mode() is mode
+        keys.append(autotune._key(shape, 64, torch.float16, torch.device("cpu"), False))
+    assert len(set(keys)) == 3
+    monkeypatch.setenv("CUDA_EXL3_SPLIT", "32")
+    assert autotune._apply_pins(Plan("gemm", 64, 4, cluster=True)) == Plan("gemm", 64, 32)
+    monkeypatch.setenv("CUDA_EXL3_SPLIT", "6")
+    assert autotune._apply_pins(Plan("gemm", 64, 4, cluster=True)) == Plan("gemm", 64, 6, cluster=True)

@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include <atomic>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -125,6 +126,8 @@ Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::opt
   TORCH_CHECK(x.stride(1) == 1 && x.stride(0) % 4 == 0, "exl3_kernels.input_transform: x needs unit column stride and a row stride multiple of 4, got strides ", x.strides());
   const int64_t m = x.size(0), k = x.size(1);
   TORCH_CHECK(k % 128 == 0, "exl3_kernels.input_transform: k = ", k, " is not a multiple of 128");
+  TORCH_CHECK(m <= INT32_MAX && k <= INT32_MAX, "exl3_kernels.input_transform: m = ", m, " and k = ", k,
+              " must fit in 32 bits (the kernel's grid has one block row per row of x)");
   const int64_t S = static_cast<int64_t>(suh.size());
   TORCH_CHECK(S >= 1 && S <= exl3::kMaxShards, "exl3_kernels.input_transform: 1..", exl3::kMaxShards, " suh tensors, got ", S);
   c10::cuda::CUDAGuard guard(x.device());
@@ -166,6 +169,7 @@ Tensor gemm_setup(exl3::GemmParams& p, const char* op, const Tensor& xh, const s
   // the lohi variant reads xh in the lohi layout of input_transform(..., lohi=True): 2k columns per row
   TORCH_CHECK(!lohi || xh.size(2) % 2 == 0, "exl3_kernels.", op, ": lohi xh must have 2k columns, got ", xh.size(2));
   const int64_t S = xh.size(0), m = xh.size(1), k = lohi ? xh.size(2) / 2 : xh.size(2);
+  TORCH_CHECK(m <= INT32_MAX && k <= INT32_MAX, "exl3_kernels.", op, ": m = ", m, " and k = ", k, " must fit in 32 bits");
   TORCH_CHECK(static_cast<int64_t>(trellis.size()) == S, "exl3_kernels.", op, ": xh has ", S, " shards, trellis list has ", trellis.size());
   const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, xh);
   check_aligned(xh, 16, op, "xh");
@@ -202,12 +206,15 @@ Tensor gemm_setup(exl3::GemmParams& p, const char* op, const Tensor& xh, const s
 
 Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh,
             const std::optional<Tensor>& bias, int64_t codebook, int64_t bm, int64_t split, const Tensor& acc,
-            at::ScalarType out_dtype, bool pdl, bool lohi) {
+            at::ScalarType out_dtype, bool pdl, bool lohi, bool cluster) {
   TORCH_CHECK(exl3::gemm_instance_built(static_cast<int>(codebook), static_cast<int>(bm), lohi),
               "exl3_kernels.gemm: no kernel instance for codebook ", codebook, ", BM ", bm, lohi ? " and lohi" : "",
               " in this build (see built_instances())");
   exl3::GemmParams p{};
   Tensor y = gemm_setup(p, "gemm", xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, lohi);
+  // Split-k through a thread block cluster (gemm_kernel.cuh) where asked for and possible: split 2..16 (16 is
+  // sm_90's non-portable cluster limit) on compute capability 9.0+; otherwise the accumulator + epilogue kernel.
+  p.cluster = cluster && p.split > 1 && p.split <= 16 && device_has_pdl(xh.device()) ? 1 : 0;  // = compute capability 9.0+
   c10::cuda::CUDAGuard guard(xh.device());
   if (p.m > 0)
     check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), static_cast<int>(bm), lohi,
@@ -442,8 +449,10 @@ TORCH_LIBRARY(exl3_kernels, m) {
   // clone and copy it back around every call under torch.compile.
   // `pdl`: launch with programmatic dependent launch on sm_90+; the kernel launched just before on the stream (the
   // input transform in linear.py) must not write the trellis, which the GEMM prefetches before it waits.
+  // `cluster`: split-k blocks of one output tile reduce through distributed shared memory inside the GEMM (sm_90+,
+  // split <= 16; ignored elsewhere): `acc` is then not touched and no epilogue kernel runs.
   m.def("gemm(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int bm, int split, Tensor acc, "
-        "ScalarType out_dtype, bool pdl=False, bool lohi=False) -> Tensor");
+        "ScalarType out_dtype, bool pdl=False, bool lohi=False, bool cluster=False) -> Tensor");
   // The Hopper wgmma GEMM (BM 256; sm_90a, compute capability 9.0 only): arguments and contracts as gemm.
   m.def("gemm_wgmma(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int split, Tensor acc, "
         "ScalarType out_dtype, bool pdl=False) -> Tensor");

@@ -24,6 +24,16 @@
 // svh / sqrt(128), adds the bias, rounds once to the output dtype and writes 8 bytes (coalesced rows).
 // Split-k (split > 1). The same rows are reduced with 16-byte red.global.add.f32 into the fp32
 // accumulator; the epilogue kernel (splitk_epilogue) applies the transform and re-zeroes it.
+// Split-k in a cluster (p.cluster, sm_90+, split <= 16). The split blocks of one output tile (same blockIdx.x / y,
+// blockIdx.z = 0 .. split - 1) are launched as one thread block cluster of (1, 1, split), so block z has cluster
+// rank z. Each stages its partial sums in its own shared memory as for split == 1; after a cluster barrier, row r of
+// the tile is finished by the block of rank r % split, warp (r / split) % 8: lane l sums columns 4l..4l+3 of that row
+// over ranks 0, 1, .., split - 1 in that order (16-byte ld.shared::cluster each: a warp reads one 512-byte row of a
+// remote block, conflict-free as for the local copy-out) and runs the same finish as split == 1 (FWHT, svh, bias,
+// one rounding). A second cluster barrier (relaxed: no fence behind the y stores) keeps every block's shared memory alive
+// until all reads are done, as CUTLASS ends its distributed-shared-memory kernels. No
+// accumulator, no atomics, no epilogue kernel (that kernel is a graph node of ~1.5 us at m <= 16,
+// bench/results/profiles/overhead-b906f14/), and the sum order is fixed: bit-identical from run to run.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -32,6 +42,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "exl3/cluster.cuh"
 #include "exl3/codebook.cuh"
 #include "exl3/dispatch.cuh"
 #include "exl3/hadamard.cuh"
@@ -295,6 +306,24 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   }
   __syncthreads();
 
+  if (p.cluster) {  // split-k in a cluster (see the top of this file); every thread of the block reaches both barriers
+    if (cluster_size() != (uint32_t)p.split) __trap();  // launched without the cluster attribute: a host bug
+    cluster_sync_all();
+    const int rank = (int)cluster_rank();
+    const int col = col0 + 4 * lane;
+    for (int r = rank + p.split * warp; r < rows_here; r += p.split * (kThreads / 32)) {
+      const uint32_t a = smem_u32(epi + r * kEpiStride + 4 * lane);
+      float v[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int z = 0; z < p.split; ++z) {
+        const float4 t = cluster_ld_f32x4(a, (uint32_t)z);
+        v[0] += t.x; v[1] += t.y; v[2] += t.z; v[3] += t.w;
+      }
+      finish_row4(v, lane, sh, col, p.bias, p.y, (int64_t)(row0 + r) * p.n_total + col, p.y_bf16);
+    }
+    cluster_sync_all_relaxed();  // keep this block's shared memory alive until every rank has read it
+    return;
+  }
+
   for (int r = warp; r < rows_here; r += kThreads / 32) {
     const float4 t = *reinterpret_cast<const float4*>(epi + r * kEpiStride + 4 * lane);
     const int col = col0 + 4 * lane;
@@ -376,6 +405,20 @@ cudaError_t launch_gemm_instance(const GemmParams& p, cudaStream_t stream) {
   }
   dim3 grid(p.n_total / 128, (p.m + BM - 1) / BM, p.split);
   static const bool image_pdl = kernel_has_pdl(gemm_kernel<CB, BM, LOHI>);  // thread-safe static init
+  if (p.cluster) {
+    // the cluster epilogue exists only in sm_90+ code: an image of older PTX (JIT-compiled here) has it compiled out
+    // and would trap (cluster size 1), so refuse before launching
+    if (!image_pdl) return cudaErrorNotSupported;
+    // clusters above 8 blocks need the non-portable opt-in (sm_90 allows 16); set once per device, as above
+    static unsigned cluster_attr_mask = 0;
+    if (p.split > 8 && (dev >= 32 || !((cluster_attr_mask >> dev) & 1u))) {
+      cudaError_t e = cudaFuncSetAttribute(gemm_kernel<CB, BM, LOHI>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      if (e != cudaSuccess) return e;
+      if (dev < 32) cluster_attr_mask |= 1u << dev;
+    }
+    return launch_maybe_pdl_cluster(gemm_kernel<CB, BM, LOHI>, grid, dim3(kThreads), smem, stream,
+                                    p.pdl != 0 && image_pdl, p.split, p);
+  }
   return launch_maybe_pdl(gemm_kernel<CB, BM, LOHI>, grid, dim3(kThreads), smem, stream, p.pdl != 0 && image_pdl, p);
 }
 

@@ -47,7 +47,7 @@ cudaError_t launch_gemm(const GemmParams& p, int codebook, int bm, bool lohi, cu
   if (codebook == CB && bm == BM && lohi == LOHI) e = launch_gemm_instance<CB, BM, LOHI>(p, stream);
   EXL3_GEMM_INSTANCES(EXL3_DISPATCH)
 #undef EXL3_DISPATCH
-  if (e != cudaSuccess || p.split <= 1) return e;
+  if (e != cudaSuccess || p.split <= 1 || p.cluster) return e;  // a cluster split-k finishes inside the GEMM
   return launch_output_transform(p, stream);
 }
 

@@ -80,9 +80,11 @@ cudaError_t launch_input_transform(const InputTransformParams& p, cudaStream_t s
   const int blocks_k = p.k / 128;
   if (p.m == 0 || blocks_k == 0) return cudaSuccess;
   // one block per row and up to 8 128-column blocks (one warp each): m <= 2^31 - 1 blocks in x, ceil(blocks_k / 8)
-  // in y (when blocks_k is just above a multiple of 8 the last y block has idle warps: k = 1152 launches 16 for 9)
-  const int wpb = blocks_k < 8 ? blocks_k : 8;
-  const dim3 blocks(p.m, (blocks_k + wpb - 1) / wpb);
+  // in y, with the warps spread evenly over the y blocks (k = 1152: 2 blocks of 5 warps for 9 column blocks, not 16
+  // warps; every k of the tested shapes is a multiple of 1024 or below it and keeps 8 or blocks_k)
+  const int ny = (blocks_k + 7) / 8;
+  const int wpb = (blocks_k + ny - 1) / ny;
+  const dim3 blocks(p.m, ny);
   if (p.xh_lohi && p.x_bf16)
     input_transform_kernel<true, false, true><<<blocks, 32 * wpb, 0, stream>>>(p);
   else if (p.xh_lohi)

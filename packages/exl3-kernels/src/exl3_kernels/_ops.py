@@ -100,7 +100,7 @@ def _register_fakes() -> None:
         return x.new_empty((len(suh), x.shape[0], x.shape[1] * (2 if lohi else 1)), dtype=out_dtype or torch.float16)
 
     @torch.library.register_fake(lib + "gemm")
-    def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl=False, lohi=False):
+    def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl=False, lohi=False, cluster=False):
         n_total = sum(t.shape[1] * 16 for t in trellis)
         return xh.new_empty((xh.shape[1], n_total), dtype=out_dtype)
 
@@ -144,7 +144,8 @@ def input_transform(x: torch.Tensor, suh: list[torch.Tensor], out_dtype: torch.d
 
 
 def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], bias: torch.Tensor | None,
-         codebook: int, bm: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype, lohi: bool = False) -> torch.Tensor:
+         codebook: int, bm: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype, lohi: bool = False,
+         cluster: bool | None = None) -> torch.Tensor:
     """Trellis GEMM with fused output transform: y = had_n(xh @ Ŵ) * svh + bias.
 
     Args:
@@ -165,12 +166,44 @@ def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor],
     here, at every call; a captured CUDA graph keeps the setting of its capture): the GEMM then prefetches its
     first trellis stages while the kernel before it on the stream (the input transform) still runs, so that
     kernel must not write the trellis.
+
+    ``cluster``: None = CUDA_EXL3_CLUSTER (read here, at every call); True / False override it. With it a split-k
+    GEMM on sm_90+ (split 2..16) reduces its partial sums inside one thread block cluster
+    (csrc/gemm/gemm_kernel.cuh, "Split-k in a cluster"): ``acc`` is then not touched, no epilogue kernel runs, and
+    reruns are bit-identical. Libraries built before the option ignore the variable; ``cluster=True`` with such a
+    library raises RuntimeError.
     """
+    pdl = env.get_bool("PDL", True)
+    if cluster is None:
+        cluster = env.get_bool("CLUSTER", False) and _gemm_has_cluster_arg()
+    elif cluster and not _gemm_has_cluster_arg():
+        raise RuntimeError("exl3_kernels.gemm: cluster=True needs a library with the cluster split-k (this one predates it)")
+    if split > 1 and cluster:
+        return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, lohi, True)
     if not lohi:  # the default: also works with libraries built before the lohi argument
-        return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype,
-                                           env.get_bool("PDL", True))
-    return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype,
-                                       env.get_bool("PDL", True), True)
+        return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl)
+    return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, True)
+
+
+def _gemm_has_cluster_arg() -> bool:
+    """Whether the loaded library's gemm schema has the ``cluster`` argument (libraries before it do not)."""
+    global _CLUSTER_ARG
+    if _CLUSTER_ARG is None:
+        _CLUSTER_ARG = any(a.name == "cluster" for a in torch.ops.exl3_kernels.gemm.default._schema.arguments)
+    return _CLUSTER_ARG
+
+
+_CLUSTER_ARG: bool | None = None
+
+
+def cluster_splitk_available(device: torch.device | str) -> bool:
+    """Whether split-k can be reduced inside a thread block cluster on ``device``: compute capability 9.0+ and a
+    loaded library whose gemm has the ``cluster`` argument. (The op still refuses, with an error, an image of
+    pre-sm_90 PTX JIT-compiled for the device.)"""
+    if not available():
+        return False
+    dev = torch.device(device)
+    return dev.type == "cuda" and torch.cuda.get_device_capability(dev)[0] >= 9 and _gemm_has_cluster_arg()
 
 
 def gemm_wgmma(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], bias: torch.Tensor | None,

@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 
 from . import env
-from .plan import BM_TIERS, WGMMA_BM, LayerShape, Plan, candidates, cost_model, m_bucket
+from .plan import BM_TIERS, CLUSTER_MAX_SPLIT, WGMMA_BM, LayerShape, Plan, candidates, cost_model, m_bucket
 
 _cache: dict[tuple, Plan] = {}
 _sm_count: dict[int, int] = {}
@@ -89,7 +89,7 @@ def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...
     if bm is not None and p.path != "wgmma":
         p = replace(p, bm=bm)
     if split is not None:
-        p = replace(p, split=split)
+        p = replace(p, split=split, cluster=p.cluster and 2 <= split <= CLUSTER_MAX_SPLIT)
     if lohi:
         p = replace(p, lohi=env.get_bool("LOHI") and p.path == "gemm" and p.bm in lohi_bm)
     return p
@@ -122,28 +122,40 @@ def _time(fn: Callable[[], object], device: torch.device, reps: int = 5) -> floa
 
 
 def _key(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, deterministic: bool) -> tuple:
-    """Cache key of a plan: (shape, m bucket, dtype, device, deterministic mode)."""
-    return (shape, m_bucket(m), dtype, device, deterministic)
+    """Cache key of a plan: (shape, m bucket, dtype, device, deterministic mode, CUDA_EXL3_CLUSTER unset / 0 / 1:
+    it decides which split-k plans exist and how the accumulator plans run)."""
+    return (shape, m_bucket(m), dtype, device, deterministic, cluster_mode())
+
+
+def cluster_mode() -> bool | None:
+    """CUDA_EXL3_CLUSTER: None when unset (the autotuner times cluster plans next to the accumulator ones, and
+    deterministic mode plans them), True (every split-k GEMM with split 2..16 reduces in a cluster), False (never)."""
+    return None if env.get("CLUSTER") in (None, "") else env.get_bool("CLUSTER")
 
 
 def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,
            built_bm: tuple[int, ...], run: Callable[[Plan], object], lohi_bm: tuple[int, ...] = (),
-           wgmma: bool = False) -> Plan:
+           wgmma: bool = False, cluster_splitk: bool = False) -> Plan:
     """Plan for this call. ``run(plan)`` executes the layer with a plan (used only when timing). ``wgmma``: the
     Hopper wgmma GEMM may be timed (built for this codebook, device of compute capability 9.0); the cost model
-    never picks it, so under capture it is used only where an earlier timing chose it."""
+    never picks it, so under capture it is used only where an earlier timing chose it. ``cluster_splitk``: the
+    device and library can reduce split-k inside a thread block cluster (:func:`_ops.cluster_splitk_available`),
+    which lets deterministic mode use split-k (:func:`plan.cost_model`) and, with CUDA_EXL3_CLUSTER unset, adds the
+    cluster plans to the timed candidates (:func:`plan.candidates`)."""
     deterministic = env.get_bool("DETERMINISTIC")
     recon_min_m = env.get_int("RECON_MIN_M", 1024)
     key = _key(shape, m, dtype, device, deterministic)
     plan = _cache.get(key)
     if plan is None:
-        base = cost_model(shape, m, sm_count(device), acc_capacity, recon_min_m, built_bm, deterministic)
+        base = cost_model(shape, m, sm_count(device), acc_capacity, recon_min_m, built_bm, deterministic,
+                          cluster_splitk)
         if (deterministic or not env.get_bool("AUTOTUNE", True) or torch.cuda.is_current_stream_capturing()):
             plan = base
             if not torch.cuda.is_current_stream_capturing():
                 _cache[key] = plan
         else:
-            cands = candidates(shape, m, sm_count(device), acc_capacity, built_bm, deterministic, lohi_bm, wgmma)
+            cands = candidates(shape, m, sm_count(device), acc_capacity, built_bm, deterministic, lohi_bm, wgmma,
+                               cluster_splitk and cluster_mode() is None)
             if base not in cands:
                 cands.append(base)
             first = {c: _time(lambda: run(c), device) for c in cands}
@@ -165,7 +177,7 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
 
 def prime_smaller_buckets(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,
                           built_bm: tuple[int, ...], run_rows: Callable[[Plan, int], object],
-                          lohi_bm: tuple[int, ...] = (), wgmma: bool = False) -> int:
+                          lohi_bm: tuple[int, ...] = (), wgmma: bool = False, cluster_splitk: bool = False) -> int:
     """Tune every power-of-two m bucket below ``m``'s that is not cached yet, timing each bucket b on the first
     b rows of this call's input (``run_rows(plan, b)``). Returns the number of buckets tuned.
 
@@ -189,7 +201,7 @@ def prime_smaller_buckets(shape: LayerShape, m: int, dtype: torch.dtype, device:
     while b >= 1:
         if _key(shape, b, dtype, device, False) not in _cache:
             choose(shape, b, dtype, device, acc_capacity, built_bm, lambda p, rows=b: run_rows(p, rows), lohi_bm,
-                   wgmma)
+                   wgmma, cluster_splitk)
             tuned += 1
         b //= 2
     if tuned:

@@ -12,12 +12,13 @@ library is not). Errors about a bad value name the spelling that was actually re
 | CUDA_EXL3_LOHI | 1: use the GEMM's lohi variant wherever the plan has an instance of it (gemm path, BM 16, 3inst / mcg: the tensor core adds the two halves of each decoded weight); 0: never | unset: planner |
 | CUDA_EXL3_AUTOTUNE | 1: time candidate plans once per (layer shape, m bucket) outside graph capture | 1 |
 | CUDA_EXL3_AUTOTUNE_PRIME | 1: the first call in an untuned m bucket also tunes every smaller power-of-two bucket on its first rows (vLLM's profile run then tunes them all at start-up) | 1 |
-| CUDA_EXL3_DETERMINISTIC | 1: no atomics (split = 1) and a fixed, timing-free path choice: bit-identical reruns | 0 |
+| CUDA_EXL3_DETERMINISTIC | 1: no atomics (split = 1, or on sm_90+ with a library that has it, and CUDA_EXL3_CLUSTER not 0, split-k up to 8 reduced inside a thread block cluster in a fixed order) and a fixed, timing-free path choice: bit-identical reruns | 0 |
 | CUDA_EXL3_RECON_MIN_M | smallest m for which the cost model picks the reconstruct path | 1024 |
 | CUDA_EXL3_RECON_WORKSPACE_MB | size cap of the dense-W workspace; bigger layers are built in column chunks | 512 |
 | CUDA_EXL3_SPLITK_WORKSPACE_MB | size of the split-k fp32 accumulator; larger m x n disables split-k | 64 |
 | CUDA_EXL3_LIBRARY | path of the compiled op library to load instead of the packaged ``_C.abi3.so`` | unset |
 | CUDA_EXL3_WGMMA | 0: do not offer the Hopper wgmma GEMM (compute capability 9.0, built with 9.0) to the autotuner from m = 128; the pin CUDA_EXL3_PATH=wgmma works either way | 1 |
+| CUDA_EXL3_CLUSTER | split-k reduced through distributed shared memory inside one thread block cluster (mma.sync path, split 2..16, compute capability 9.0+) instead of the fp32 accumulator + epilogue kernel (one kernel per op instead of two; bit-identical reruns). Unset: the autotuner times cluster plans (m = 32..256, split <= 8) next to the accumulator ones and deterministic mode plans split-k through clusters; 1: every split-k GEMM with split 2..16 uses it; 0: never (deterministic mode then runs split 1). Read by ``_ops.gemm`` at each call; a captured CUDA graph keeps its capture-time setting; libraries built before it ignore it | unset |
 | CUDA_EXL3_PDL | 0: launch the GEMM and its split-k epilogue without programmatic dependent launch (sm_90+ only, and only for GEMM grids of at least one block per SM; read by ``_ops.gemm`` at each call, a captured CUDA graph keeps its capture-time setting) | 1 |
 """
 from __future__ import annotations

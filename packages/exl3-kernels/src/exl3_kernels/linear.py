@@ -193,7 +193,9 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
         return _ops.gemm_wgmma(xh, trellis, svh, bias32, codebook, plan.split, acc, x2.dtype)
     xh = _ops.input_transform(x2, suh, lohi=plan.lohi)
     acc = workspace.splitk_acc(x2.device) if plan.split > 1 else xh
-    return _ops.gemm(xh, trellis, svh, bias32, codebook, plan.bm, plan.split, acc, x2.dtype, plan.lohi)
+    # a cluster plan reduces in a cluster; otherwise CUDA_EXL3_CLUSTER decides (unset / 0: the accumulator)
+    cluster = True if plan.cluster else None
+    return _ops.gemm(xh, trellis, svh, bias32, codebook, plan.bm, plan.split, acc, x2.dtype, plan.lohi, cluster)
 
 
 def _check_aligned(tensors: list[torch.Tensor], what: str) -> None:
@@ -225,12 +227,13 @@ def _linear_cuda(x, trellis, suh, svh, bias, codebook: int) -> torch.Tensor:
     built = tuple(sorted({bm for cb, bm in _ops.built_instances() if cb == codebook})) or BM_TIERS
     lohi_bm = tuple(sorted({bm for cb, bm in _ops.built_instances(lohi=True) if cb == codebook}))
     wgmma = wgmma_offered(x2.device, codebook)
+    cluster = _ops.cluster_splitk_available(x2.device) and autotune.cluster_mode() is not False
     if not autotune.is_cached(shape, m, x2.dtype, x2.device):  # first call in this bucket: tune the smaller ones too
         autotune.prime_smaller_buckets(shape, m, x2.dtype, x2.device, workspace.splitk_capacity(), built,
                                        lambda p, rows: _run_plan(p, x2[:rows], trellis, suh, svh, bias32, codebook),
-                                       lohi_bm, wgmma)
+                                       lohi_bm, wgmma, cluster)
     plan = autotune.choose(shape, m, x2.dtype, x2.device, workspace.splitk_capacity(), built,
-                           lambda p: _run_plan(p, x2, trellis, suh, svh, bias32, codebook), lohi_bm, wgmma)
+                           lambda p: _run_plan(p, x2, trellis, suh, svh, bias32, codebook), lohi_bm, wgmma, cluster)
     y = _run_plan(plan, x2, trellis, suh, svh, bias32, codebook)
     return y.reshape(*x.shape[:-1], n_total)
 

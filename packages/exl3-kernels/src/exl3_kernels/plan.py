@@ -53,13 +53,14 @@ class Plan:
     bm: int = 16
     split: int = 1
     lohi: bool = False  # the GEMM variant that leaves lo + hi of each weight to the MMA (csrc/gemm/gemm_kernel.cuh)
+    cluster: bool = False  # split-k reduced inside a thread block cluster (gemm_kernel.cuh, "Split-k in a cluster")
 
     def __str__(self) -> str:
         if self.path == "wgmma":
             return f"wgmma(split={self.split})"
         if self.path != "gemm":
             return self.path
-        return f"gemm(bm={self.bm},split={self.split}{',lohi' if self.lohi else ''})"
+        return f"gemm(bm={self.bm},split={self.split}{',lohi' if self.lohi else ''}{',cluster' if self.cluster else ''})"
 
 
 def m_bucket(m: int) -> int:
@@ -115,8 +116,30 @@ def wave_splits(shape: LayerShape, m: int, bm: int, sm_count: int, max_waves: in
     return sorted(out)
 
 
+CLUSTER_MAX_SPLIT = 16  # largest thread block cluster on sm_90 (non-portable size; ops.cpp and gemm_kernel.cuh)
+# Planned cluster splits stay within the portable size of 8 and one wave of resident blocks: on the H200 (library of
+# 96288fb, bench/results/profiles/splitk-cluster-96288fb/) 17408x5120 at m = 1 took 45.0 us with a cluster of 13 against
+# 32 us for the same split through the accumulator, and deterministic plans of two or three waves (4096x11008 m = 64
+# split 9, qkv m = 256 split 11) were slower than split 1.
+CLUSTER_PLAN_MAX_SPLIT = 8
+# The autotuner times cluster plans for m in [CLUSTER_MIN_M, CLUSTER_MAX_M]: below, the cluster was slower at every
+# point measured (m = 1-16, all five shapes, two rounds: +0.5-3 us); above, split-k plans are rarely chosen.
+CLUSTER_MIN_M = 32
+CLUSTER_MAX_M = 256
+
+
+def cluster_splits(shape: LayerShape, m: int, bm: int, sm_count: int) -> list[int]:
+    """Split-k factors worth timing with the cluster reduction: 2, 4, 8 and the largest split whose grid fits one
+    wave of resident blocks, each within CLUSTER_PLAN_MAX_SPLIT and :func:`max_split` (no accumulator: no traffic rule)."""
+    blocks = (shape.n_total // 128) * math.ceil(m / bm)
+    cap = BLOCKS_PER_SM.get(bm, 2) * sm_count
+    top = min(CLUSTER_PLAN_MAX_SPLIT, max_split(shape))
+    return sorted(s for s in {2, 4, 8, cap // blocks} if 2 <= s <= top)
+
+
 def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, recon_min_m: int = 1024,
-               built_bm: tuple[int, ...] = BM_TIERS, deterministic: bool = False) -> Plan:
+               built_bm: tuple[int, ...] = BM_TIERS, deterministic: bool = False,
+               cluster_splitk: bool = False) -> Plan:
     """Heuristic plan without timing.
 
     - m >= ``recon_min_m``: reconstruct (the GEMM decodes the trellis once per BM rows; cuBLAS wins once
@@ -124,7 +147,10 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
     - else the smallest BM tier covering m (capped at the largest), and, when the grid does not fill one
       wave of resident blocks, the split-k with the best wave efficiency among the whole-wave fits
       (:func:`wave_splits`), within :func:`splitk_allowed` and :func:`max_split`.
-    - ``deterministic``: no split-k (no atomics).
+    - ``deterministic``: no split-k (no atomics), unless ``cluster_splitk``: the split-k GEMM then reduces inside a
+      thread block cluster in a fixed order (sm_90+), bit-identical from run to run; the split is the largest that
+      keeps the grid within one wave of resident blocks, at most CLUSTER_PLAN_MAX_SPLIT (no accumulator, so no
+      traffic rule), and the plan has ``cluster`` set.
     """
     if m >= recon_min_m:
         return Plan("reconstruct")
@@ -132,14 +158,18 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
     blocks = (shape.n_total // 128) * math.ceil(m / bm)
     cap = BLOCKS_PER_SM.get(bm, 2) * sm_count
     split = 1
+    if deterministic and cluster_splitk:
+        split = min(CLUSTER_PLAN_MAX_SPLIT, max_split(shape), cap // blocks)
+        return Plan("gemm", bm, split, cluster=True) if split >= 2 else Plan("gemm", bm, 1)
+    allowed = lambda s: splitk_allowed(shape, m, s, acc_capacity)  # noqa: E731
     if not deterministic and blocks < cap:
         # fill at least one wave, then prefer the split with the least tail among the whole-wave fits
-        options = [s for s in wave_splits(shape, m, bm, sm_count) if splitk_allowed(shape, m, s, acc_capacity)]
+        options = [s for s in wave_splits(shape, m, bm, sm_count) if allowed(s)]
         if options:
             split = max(options, key=lambda s: (wave_efficiency(blocks * s, cap), -s))
         else:
             split = min(max_split(shape), math.ceil(cap / blocks))
-            while split > 1 and not splitk_allowed(shape, m, split, acc_capacity):
+            while split > 1 and not allowed(split):
                 split -= 1
     return Plan("gemm", bm, split)
 
@@ -164,12 +194,14 @@ def candidate_splits(shape: LayerShape, m: int, bm: int, sm_count: int, acc_capa
 
 def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
                built_bm: tuple[int, ...] = BM_TIERS, deterministic: bool = False,
-               lohi_bm: tuple[int, ...] = (), wgmma: bool = False) -> list[Plan]:
+               lohi_bm: tuple[int, ...] = (), wgmma: bool = False, cluster_splitk: bool = False) -> list[Plan]:
     """Plans worth timing for this m: BM tiers from the covering one down to half of it (and the largest
     for m above all tiers), split-k in powers of two up to the limits, the same tiers and splits as the lohi
     variant where built (``lohi_bm``: BM tiers with a lohi instance for this codebook), the wgmma GEMM with its
     splits for m >= WGMMA_MIN_M when ``wgmma`` (built for this codebook and the device is compute capability 9.0),
-    and the three dense paths for m >= 64."""
+    the three dense paths for m >= 64, and with ``cluster_splitk`` (the device and library reduce split-k inside a
+    thread block cluster) the cluster plans of :func:`cluster_splits` for m in [CLUSTER_MIN_M, CLUSTER_MAX_M]
+    outside deterministic mode (where the cost model plans them)."""
     bms = sorted({pick_bm(m, built_bm)} | {b for b in built_bm if m / 2 <= b <= pick_bm(m, built_bm)})
     out: list[Plan] = []
     for bm in bms:
@@ -177,6 +209,8 @@ def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
         out += [Plan("gemm", bm, s) for s in splits]
         if bm in lohi_bm:
             out += [Plan("gemm", bm, s, lohi=True) for s in splits]
+        if cluster_splitk and not deterministic and CLUSTER_MIN_M <= m <= CLUSTER_MAX_M:
+            out += [Plan("gemm", bm, s, cluster=True) for s in cluster_splits(shape, m, bm, sm_count)]
     if wgmma and m >= WGMMA_MIN_M:
         out += [Plan("wgmma", WGMMA_BM, s)
                 for s in candidate_splits(shape, m, WGMMA_BM, sm_count, acc_capacity, deterministic)]

@@ -38,6 +38,9 @@ struct GemmParams {
   int split;          // number of k slices (gridDim.z); 1 = epilogue in the GEMM kernel
   int k16_per_split;  // trellis tile rows per slice, a multiple of kBK / 16
   int pdl;            // 1: launch the GEMM and the split-k epilogue with programmatic dependent launch (sm_90+)
+  int cluster;        // 1 (split > 1, sm_90+, mma.sync GEMM only): the split blocks of an output tile form a thread
+                      // block cluster and reduce through distributed shared memory; acc is not touched and no
+                      // epilogue kernel runs (gemm_kernel.cuh, "Split-k in a cluster")
 };
 
 struct ReconstructParams {

@@ -28,23 +28,42 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// Launch `kernel<<<grid, block, smem, stream>>>(args...)`, with programmatic stream serialisation when `pdl`.
+// Launch `kernel<<<grid, block, smem, stream>>>(args...)`, with programmatic stream serialisation when `pdl`, and as
+// clusters of (1, 1, cluster_z) blocks when cluster_z > 1 (sm_90+; gridDim.z must be a multiple of it).
 template <typename... KArgs, typename... Args>
-cudaError_t launch_maybe_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
-                             Args&&... args) {
-  cudaLaunchAttribute attr[1] = {};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+cudaError_t launch_maybe_pdl_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                     bool pdl, int cluster_z, Args&&... args) {
+  cudaLaunchAttribute attr[2] = {};
+  int n = 0;
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  if (cluster_z > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = 1;
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = cluster_z;
+    ++n;
+  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cfg.attrs = pdl ? attr : nullptr;
-  cfg.numAttrs = pdl ? 1 : 0;
+  cfg.attrs = n ? attr : nullptr;
+  cfg.numAttrs = n;
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
   const cudaError_t last = cudaGetLastError();  // clear it, as the <<<>>> launches do with cudaGetLastError
   return e != cudaSuccess ? e : last;
+}
+
+// Launch `kernel<<<grid, block, smem, stream>>>(args...)`, with programmatic stream serialisation when `pdl`.
+template <typename... KArgs, typename... Args>
+cudaError_t launch_maybe_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                             Args&&... args) {
+  return launch_maybe_pdl_cluster(kernel, grid, block, smem, stream, pdl, 1, std::forward<Args>(args)...);
 }
 
 // Whether the loaded image of `kernel` was compiled for sm_90+ (ptxVersion >= 90), i.e. contains the griddepcontrol
