@@ -45,6 +45,15 @@ def main() -> int:
                 e = ((y.float() - ref).norm() / ref.norm()).item()
                 worst = max(worst, e)
                 print(f"gemm lohi m={m} bm=16 split={split}: rel err {e:.2e}")
+        if _ops.gemm_x_built():  # the BM16 GEMM with the input transform inside (x read by every block; k = 256: 1 slice)
+            for split, cl in ((1, False), (2, False), (2, True)):
+                if cl and torch.cuda.get_device_capability()[0] < 9:
+                    continue
+                acc = workspace.splitk_acc(x.device) if split > 1 else x
+                y = _ops.gemm_x(x, trellis, suh, svh, bias, cb, split, acc, torch.bfloat16, cluster=cl)
+                e = ((y.float() - ref).norm() / ref.norm()).item()
+                worst = max(worst, e)
+                print(f"gemm_x m={m} split={split} cluster={cl}: rel err {e:.2e}")
         if _ops.wgmma_usable(x.device, cb):  # the Hopper wgmma GEMM (sm_90a, BM 256: rows >= m zero-filled by TMA)
             for split in (1, 2):
                 acc = workspace.splitk_acc(x.device) if split > 1 else xh

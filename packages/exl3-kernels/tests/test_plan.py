@@ -420,3 +420,56 @@ def test_cluster_mode_and_split_pin(monkeypatch):
     assert autotune._apply_pins(Plan("gemm", 64, 4, cluster=True)) == Plan("gemm", 64, 32)
     monkeypatch.setenv("CUDA_EXL3_SPLIT", "6")
     assert autotune._apply_pins(Plan("gemm", 64, 4, cluster=True)) == Plan("gemm", 64, 6, cluster=True)
+
+
+def test_fused_it_slices_and_candidates():
+    """The GEMM with the input transform inside: slices are ceil(k / split) rounded up to 128 columns (ops.cpp's
+    rule); its BM16 plans are offered only with ``fused_it``, for m <= FUSED_IT_MAX_M, outside deterministic mode, at
+    splits whose slice fits 1024 columns (cluster variants only with cluster_splitk, at most 8)."""
+    from exl3_kernels.plan import FUSED_IT_MAX_M, FUSED_IT_MAX_SLICE, fused_it_slice
+
+    assert fused_it_slice(4096, 4) == 1024 and fused_it_slice(4096, 6) == 768 and fused_it_slice(640, 4) == 256
+    assert fused_it_slice(4096, 3) == 1408 and fused_it_slice(17408, 17) == 1024 and fused_it_slice(17408, 16) == 1152
+    for k, n in ((4096, 11008), (4096, 4096), (17408, 5120), (1024, 2048)):
+        shape = LayerShape(k, (n,), (8,), 1)
+        for m in (1, 4, 16, 32):
+            plain = candidates(shape, m, 132, ACC)
+            assert not any(p.fused_it for p in plain)
+            fx = [p for p in candidates(shape, m, 132, ACC, fused_it=True) if p.fused_it]
+            fxc = [p for p in candidates(shape, m, 132, ACC, cluster_splitk=True, fused_it=True) if p.fused_it]
+            if m > FUSED_IT_MAX_M:
+                assert not fx and not fxc
+                continue
+            assert fx and all(p.bm == 16 and not p.lohi and not p.cluster for p in fx), (k, n, m, fx)
+            assert all(fused_it_slice(k, p.split) <= FUSED_IT_MAX_SLICE for p in fx + fxc)
+            assert {p for p in fxc if not p.cluster} == set(fx)
+            cl = [p for p in fxc if p.cluster]
+            assert (bool(cl) == (k <= 8 * 1024)) and all(2 <= p.split <= 8 for p in cl), (k, n, m, fxc)
+            assert not any(p.fused_it for p in candidates(shape, m, 132, ACC, deterministic=True, fused_it=True))
+    # k = 1024 fits at split 1; 4096 needs split >= 4; 17408 split >= 17 (no cluster split <= 8 fits: none offered)
+    assert Plan("gemm", 16, 1, fused_it=True) in candidates(LayerShape(1024, (2048,), (8,), 1), 1, 132, ACC, fused_it=True)
+    big = [p for p in candidates(LayerShape(17408, (5120,), (8,), 1), 1, 132, ACC, cluster_splitk=True, fused_it=True)
+           if p.fused_it]
+    assert big and all(p.split >= 17 and not p.cluster for p in big)
+    assert str(Plan("gemm", 16, 4, cluster=True, fused_it=True)) == "gemm(bm=16,split=4,cluster,it)"
+
+
+def test_fused_it_pins(monkeypatch):
+    """A pinned split or BM turns the plan back into a plain GEMM plan (the fused slice limit is not known to the
+    pin); CUDA_EXL3_LOHI=1 never combines with a fused plan; CUDA_EXL3_FUSED_IT is part of the cache key."""
+    from exl3_kernels import autotune
+
+    p = Plan("gemm", 16, 4, fused_it=True)
+    monkeypatch.setenv("CUDA_EXL3_LOHI", "1")
+    assert autotune._apply_pins(p, (16,)) == p
+    monkeypatch.delenv("CUDA_EXL3_LOHI")
+    monkeypatch.setenv("CUDA_EXL3_BM", "32")
+    assert autotune._apply_pins(p) == Plan("gemm", 32, 4)
+    monkeypatch.delenv("CUDA_EXL3_BM")
+    monkeypatch.setenv("CUDA_EXL3_SPLIT", "2")
+    assert autotune._apply_pins(p) == Plan("gemm", 16, 2)
+    monkeypatch.delenv("CUDA_EXL3_SPLIT")
+    shape = LayerShape(4096, (11008,), (8,), 1)
+    k1 = autotune._key(shape, 1, torch.float16, torch.device("cpu"), False)
+    monkeypatch.setenv("CUDA_EXL3_FUSED_IT", "0")
+    assert autotune._key(shape, 1, torch.float16, torch.device("cpu"), False) != k1

@@ -160,20 +160,50 @@ Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::opt
 
 // Validation and launch parameters shared by gemm and gemm_wgmma: fills p (shards, xh per shard, bias, split, acc) and
 // returns the output y. `bm` is the block's row tile (for the PDL grid rule); `op` names the op in messages.
+// `xh` is [S, m, k] fp16 (or [S, m, 2k] with lohi); with `x_raw` (fused input transform) it is x itself, [m, k] fp16 or
+// bf16, and `suh` gives the shards' input scales.
 Tensor gemm_setup(exl3::GemmParams& p, const char* op, const Tensor& xh, const std::vector<Tensor>& trellis,
                   const std::vector<Tensor>& svh, const std::optional<Tensor>& bias, int64_t codebook, int64_t bm,
-                  int64_t split, const Tensor& acc, at::ScalarType out_dtype, bool pdl, bool lohi) {
-  TORCH_CHECK(xh.is_cuda() && xh.dim() == 3 && xh.scalar_type() == at::kHalf && xh.is_contiguous(),
-              "exl3_kernels.", op, ": xh must be contiguous fp16 [shards, m, k] on CUDA, got ", xh.scalar_type(), " ", xh.sizes());
+                  int64_t split, const Tensor& acc, at::ScalarType out_dtype, bool pdl, bool lohi,
+                  bool x_raw = false, const std::vector<Tensor>* suh = nullptr) {
+  if (x_raw) {
+    TORCH_CHECK(xh.is_cuda() && xh.dim() == 2 && (xh.scalar_type() == at::kHalf || xh.scalar_type() == at::kBFloat16),
+                "exl3_kernels.", op, ": x must be a 2-D fp16 or bf16 CUDA tensor, got ", xh.scalar_type(), " ", xh.sizes(), " on ", xh.device());
+    TORCH_CHECK(xh.stride(1) == 1 && xh.stride(0) % 4 == 0, "exl3_kernels.", op,
+                ": x needs unit column stride and a row stride multiple of 4, got strides ", xh.strides());
+  } else {
+    TORCH_CHECK(xh.is_cuda() && xh.dim() == 3 && xh.scalar_type() == at::kHalf && xh.is_contiguous(),
+                "exl3_kernels.", op, ": xh must be contiguous fp16 [shards, m, k] on CUDA, got ", xh.scalar_type(), " ", xh.sizes());
+  }
   TORCH_CHECK(out_dtype == at::kHalf || out_dtype == at::kBFloat16, "exl3_kernels.", op, ": out_dtype must be fp16 or bf16, got ", out_dtype);
   // the lohi variant reads xh in the lohi layout of input_transform(..., lohi=True): 2k columns per row
-  TORCH_CHECK(!lohi || xh.size(2) % 2 == 0, "exl3_kernels.", op, ": lohi xh must have 2k columns, got ", xh.size(2));
-  const int64_t S = xh.size(0), m = xh.size(1), k = lohi ? xh.size(2) / 2 : xh.size(2);
+  TORCH_CHECK(x_raw || !lohi || xh.size(2) % 2 == 0, "exl3_kernels.", op, ": lohi xh must have 2k columns, got ", xh.size(-1));
+  const int64_t S = x_raw ? static_cast<int64_t>(trellis.size()) : xh.size(0);
+  const int64_t m = x_raw ? xh.size(0) : xh.size(1);
+  const int64_t k = x_raw ? xh.size(1) : (lohi ? xh.size(2) / 2 : xh.size(2));
   TORCH_CHECK(m <= INT32_MAX && k <= INT32_MAX, "exl3_kernels.", op, ": m = ", m, " and k = ", k, " must fit in 32 bits");
   TORCH_CHECK(static_cast<int64_t>(trellis.size()) == S, "exl3_kernels.", op, ": xh has ", S, " shards, trellis list has ", trellis.size());
   const int n_total = fill_shards(p.shard, trellis, svh, k, codebook, xh);
-  check_aligned(xh, 16, op, "xh");
-  for (int64_t i = 0; i < S; ++i) p.shard[i].xh = reinterpret_cast<const uint16_t*>(xh.data_ptr()) + i * m * xh.size(2);
+  if (x_raw) {
+    TORCH_CHECK(k % 128 == 0, "exl3_kernels.", op, ": k = ", k, " is not a multiple of 128");
+    TORCH_CHECK(suh != nullptr && static_cast<int64_t>(suh->size()) == S, "exl3_kernels.", op, ": ", S,
+                " suh tensors expected (one per shard), got ", suh ? suh->size() : 0);
+    check_aligned(xh, 8, op, "x");
+    for (int64_t i = 0; i < S; ++i) {
+      const Tensor& su = (*suh)[i];
+      TORCH_CHECK(su.scalar_type() == at::kHalf && su.is_contiguous() && su.dim() == 1 && su.size(0) == k && su.device() == xh.device(),
+                  "exl3_kernels.", op, ": suh[", i, "] must be contiguous fp16 [", k, "] on ", xh.device(), ", got ", su.scalar_type(), " ", su.sizes());
+      check_aligned(su, 8, op, "suh", i);
+      p.shard[i].suh = reinterpret_cast<const uint16_t*>(su.data_ptr());
+    }
+    p.fused_it = 1;
+    p.x = xh.data_ptr();
+    p.x_stride = xh.stride(0);
+    p.x_bf16 = xh.scalar_type() == at::kBFloat16;
+  } else {
+    check_aligned(xh, 16, op, "xh");
+    for (int64_t i = 0; i < S; ++i) p.shard[i].xh = reinterpret_cast<const uint16_t*>(xh.data_ptr()) + i * m * xh.size(2);
+  }
   p.num_shards = static_cast<int>(S);
   p.m = static_cast<int>(m);
   p.k = static_cast<int>(k);
@@ -182,7 +212,9 @@ Tensor gemm_setup(exl3::GemmParams& p, const char* op, const Tensor& xh, const s
   const int64_t k16 = k / 16;
   TORCH_CHECK(split >= 1 && split <= k16 / 4, "exl3_kernels.", op, ": split = ", split, " must be in 1..", k16 / 4, " for k = ", k);
   int64_t per = (k16 + split - 1) / split;
-  per = (per + 3) / 4 * 4;  // whole pipeline stages (64 rows)
+  per = x_raw ? (per + 7) / 8 * 8 : (per + 3) / 4 * 4;  // whole pipeline stages (64 rows); fused: whole 128-blocks
+  TORCH_CHECK(!x_raw || per <= exl3::kFusedMaxK16, "exl3_kernels.", op, ": the input transform inside the GEMM needs k slices of at most ",
+              16 * exl3::kFusedMaxK16, " columns (its shared memory), got ", 16 * per, " (k = ", k, ", split = ", split, ")");
   p.split = static_cast<int>(split);
   p.k16_per_split = static_cast<int>(per);
   if (split > 1) {
@@ -220,6 +252,23 @@ Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vec
     check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), static_cast<int>(bm), lohi,
                                  c10::cuda::getCurrentCUDAStream(xh.device().index()).stream()),
                "gemm launch");
+  return y;
+}
+
+// gemm with the input transform inside (BM16, no lohi): x is the raw [m, k] fp16 / bf16 activation, suh per shard.
+Tensor gemm_x(const Tensor& x, const std::vector<Tensor>& trellis, const std::vector<Tensor>& suh,
+              const std::vector<Tensor>& svh, const std::optional<Tensor>& bias, int64_t codebook, int64_t split,
+              const Tensor& acc, at::ScalarType out_dtype, bool pdl, bool cluster) {
+  TORCH_CHECK(exl3::gemm_instance_built(static_cast<int>(codebook), 16, false),
+              "exl3_kernels.gemm_x: no BM16 kernel instance for codebook ", codebook, " in this build (see built_instances())");
+  exl3::GemmParams p{};
+  Tensor y = gemm_setup(p, "gemm_x", x, trellis, svh, bias, codebook, 16, split, acc, out_dtype, pdl, false, true, &suh);
+  p.cluster = cluster && p.split > 1 && p.split <= 16 && device_has_pdl(x.device()) ? 1 : 0;  // as in gemm
+  c10::cuda::CUDAGuard guard(x.device());
+  if (p.m > 0)
+    check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), 16, false,
+                                 c10::cuda::getCurrentCUDAStream(x.device().index()).stream()),
+               "gemm_x launch");
   return y;
 }
 
@@ -453,6 +502,10 @@ TORCH_LIBRARY(exl3_kernels, m) {
   // split <= 16; ignored elsewhere): `acc` is then not touched and no epilogue kernel runs.
   m.def("gemm(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int bm, int split, Tensor acc, "
         "ScalarType out_dtype, bool pdl=False, bool lohi=False, bool cluster=False) -> Tensor");
+  // gemm with the input transform inside (BM16 only, no lohi): x is the raw [m, k] fp16 or bf16 activation and
+  // suh the shards' input scales; each k slice (k / split rounded up to 128 columns) must be at most 1024 columns.
+  m.def("gemm_x(Tensor x, Tensor[] trellis, Tensor[] suh, Tensor[] svh, Tensor? bias, int codebook, int split, "
+        "Tensor acc, ScalarType out_dtype, bool pdl=False, bool cluster=False) -> Tensor");
   // The Hopper wgmma GEMM (BM 256; sm_90a, compute capability 9.0 only): arguments and contracts as gemm.
   m.def("gemm_wgmma(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int split, Tensor acc, "
         "ScalarType out_dtype, bool pdl=False) -> Tensor");
@@ -473,6 +526,7 @@ TORCH_LIBRARY(exl3_kernels, m) {
 TORCH_LIBRARY_IMPL(exl3_kernels, CUDA, m) {
   m.impl("input_transform", &input_transform);
   m.impl("gemm", &gemm);
+  m.impl("gemm_x", &gemm_x);
   m.impl("gemm_wgmma", &gemm_wgmma);
   m.impl("output_transform", &output_transform);
   m.impl("reconstruct", &reconstruct);

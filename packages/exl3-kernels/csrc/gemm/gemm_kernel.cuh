@@ -24,6 +24,17 @@
 // svh / sqrt(128), adds the bias, rounds once to the output dtype and writes 8 bytes (coalesced rows).
 // Split-k (split > 1). The same rows are reduced with 16-byte red.global.add.f32 into the fp32
 // accumulator; the epilogue kernel (splitk_epilogue) applies the transform and re-zeroes it.
+// Input transform inside the GEMM (p.fused_it, BM16 plans at small m; not with lohi). At m <= 16 an op is about three
+// graph nodes of ~1.5 us plus the GEMM (bench/results/profiles/overhead-b906f14/): the input transform is one of them.
+// With fused_it the block reads x itself: after the prologue's trellis copies and the PDL wait, its 8 warps take the
+// (row, 128-column block) tasks of its rows and k slice (the slice is whole 128-column blocks: k16_per_split % 8 == 0),
+// each lane multiplies its 4 values by suh, runs the same FWHT, scale and rounding as input.cu (so xh is bit-identical
+// to the input transform's) and stores 8 bytes into the A buffer of the stage holding those columns. The A buffers
+// then hold the whole slice (k16_per_split / 4 stages, 2 KB each at BM16, at most 16 of them: a slice of <= 1024
+// columns, checked by the host) in the layout and swizzle of the cp.async stages, so the k loop's ldmatrix addresses
+// are unchanged; it only advances cur_a linearly instead of rotating and issues no A copies. Rows past m are not
+// written: they feed only accumulator rows that are never stored. The redundant work, every 128-column block of the
+// output redoing the transform of its slice, is m x k x (n / 128) values: ~1% of the decode at m = 1, ~20% at m = 16.
 // Split-k in a cluster (p.cluster, sm_90+, split <= 16). The split blocks of one output tile (same blockIdx.x / y,
 // blockIdx.z = 0 .. split - 1) are launched as one thread block cluster of (1, 1, split), so block z has cluster
 // rank z. Each stages its partial sums in its own shared memory as for split == 1; after a cluster barrier, row r of
@@ -73,6 +84,17 @@ __host__ __device__ constexpr int gemm_smem_bytes_for(int bm, int K2, bool lohi 
                                                                       : epilogue_smem_bytes(bm);
 }
 
+// fused_it (BM16 only): the A buffers hold the whole slice (k16_per_split / 4 stages), the B pipeline stays kStages deep.
+__host__ __device__ constexpr int fused_smem_bytes_for(int bm, int K2, int k16_per_split) {
+  return (k16_per_split / (kBK / 16)) * a_stage_bytes(bm) + kStages * b_stage_bytes(K2) > epilogue_smem_bytes(bm)
+             ? (k16_per_split / (kBK / 16)) * a_stage_bytes(bm) + kStages * b_stage_bytes(K2)
+             : epilogue_smem_bytes(bm);
+}
+__host__ __device__ constexpr int fused_smem_max(int bm) {
+  return fused_smem_bytes_for(bm, 16, kFusedMaxK16) > gemm_smem_bytes_for(bm, 16)
+             ? fused_smem_bytes_for(bm, 16, kFusedMaxK16) : gemm_smem_bytes_for(bm, 16);
+}
+
 // Output Hadamard + svh + bias for the 4 columns [col, col + 4) of one row, then store.
 __device__ __forceinline__ void finish_row4(float v[4], int lane, const GemmShard& sh, int col,
                                             const float* __restrict__ bias, void* y, int64_t y_off,
@@ -89,6 +111,48 @@ __device__ __forceinline__ void finish_row4(float v[4], int lane, const GemmShar
     o0 += b.x; o1 += b.y; o2 += b.z; o3 += b.w;
   }
   store4_rn(y, y_off, o0, o1, o2, o3, y_bf16);
+}
+
+// The input transform of one block's rows and k slice into its A buffers (p.fused_it; see the top of this file).
+// Task t = (row r, 128-column block b) of the slice goes to warp t % 8; lane l holds columns c = 128 b + 4 l .. + 3 of
+// the slice, which sit in stage c / 64 at column c % 64: 16-byte chunk (c % 64) / 8, swizzled as the cp.async copies
+// (chunk ^ (r & 7)), half chunk c % 8 (0 or 4). A warp stores 2 x 128 contiguous bytes of one row per task (lanes
+// 0-15 in one stage, 16-31 in the next): two wavefronts, the minimum for 256 bytes.
+template <int BM>
+__device__ __forceinline__ void fused_input_transform(const GemmParams& p, const GemmShard& sh, uint32_t smem_a,
+                                                      int row0, int rows_here, int k16_begin, int k16_end, int warp,
+                                                      int lane) {
+  constexpr int kAStage = a_stage_bytes(BM, false);
+  const int nb = (k16_end - k16_begin) / 8;  // 128-column blocks of this slice (0 for an empty slice)
+  const int kc0 = k16_begin * 16;
+  const int tasks = rows_here * nb;
+  for (int t = warp; t < tasks; t += kThreads / 32) {
+    const int r = t / nb, b = t - r * nb;
+    const int c = b * 128 + 4 * lane;
+    const uint2 raw = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint16_t*>(p.x) +
+                                                      (int64_t)(row0 + r) * p.x_stride + kc0 + c);
+    float2 a, bb;
+    if (p.x_bf16) {
+      a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+      bb = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+    } else {
+      a = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
+      bb = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
+    }
+    const uint2 su = *reinterpret_cast<const uint2*>(sh.suh + kc0 + c);
+    const float2 s01 = __half22float2(*reinterpret_cast<const __half2*>(&su.x));
+    const float2 s23 = __half22float2(*reinterpret_cast<const __half2*>(&su.y));
+    float v[4] = {a.x * s01.x, a.y * s01.y, bb.x * s23.x, bb.y * s23.y};
+    fwht128_lane4(v, lane);
+    __half2 o0 = __floats2half2_rn(v[0] * kRsqrt128, v[1] * kRsqrt128);
+    __half2 o1 = __floats2half2_rn(v[2] * kRsqrt128, v[3] * kRsqrt128);
+    const int cc = c & (kBK - 1);
+    const uint32_t addr = smem_a + (uint32_t)((c / kBK) * kAStage) +
+                          2u * (uint32_t)(r * kBK + ((((cc >> 3) ^ (r & 7)) << 3) | (cc & 7)));
+    asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(*reinterpret_cast<uint32_t*>(&o0)),
+                 "r"(*reinterpret_cast<uint32_t*>(&o1))
+                 : "memory");
+  }
 }
 
 // LOHI (3inst / mcg): the decoder stops before adding the two fp16 halves of each weight; word j of a lane
@@ -129,8 +193,9 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   // addresses every stage: ~34 of its ~83 instructions per tile, SASS of gemm_kernel<mcg, 16>, K = 4).
   constexpr int kAStage = a_stage_bytes(BM, LOHI);
   constexpr int kBStage = b_stage_bytes(K2);
+  const bool fused = !LOHI && BM == 16 && p.fused_it;  // A built in place for the whole slice (top of this file)
   const uint32_t smem_a = smem_u32(smem);
-  const uint32_t smem_b = smem_a + kStages * kAStage;
+  const uint32_t smem_b = smem_a + (fused ? (p.k16_per_split / (kBK / 16)) * kAStage : kStages * kAStage);
 
   // cp.async work of this thread. A: BM rows x kAChunksRow chunks of 16 bytes (8; 16 with LOHI); thread t copies
   // chunk (t % kAChunksRow) of rows t / kAChunksRow + kARowsPer j. The swizzle (ch ^ (row & 7)) flips the low 3
@@ -184,10 +249,6 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
     });
     b_ptr += b_stage_step;
   };
-  auto load_stage = [&](uint32_t a_buf, uint32_t b_buf) __attribute__((always_inline)) {
-    load_a(a_buf);
-    load_b(b_buf);
-  };
 
   const DecodeConsts dk = DecodeConsts::make();
   float acc[kMB][2][4];
@@ -207,10 +268,17 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   for (int s = 0; s < kStages - 1; ++s)
     if (s < num_stages) load_b(s * kBStage);
   pdl_wait();
+  if (fused) {
+    // the same commit groups as below (so the loop's waits count alike), A by the block itself
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_stages) load_a(s * kAStage);
-    cp_async_commit();
+    for (int s = 0; s < kStages - 1; ++s) cp_async_commit();
+    fused_input_transform<BM>(p, sh, smem_a, row0, rows_here, k16_begin, k16_end, warp, lane);
+  } else {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < num_stages) load_a(s * kAStage);
+      cp_async_commit();
+    }
   }
 
   // ldmatrix.x4 addressing: lane l feeds row (l % 8) + 8 * ((l / 8) % 2) of the m16 block and the k
@@ -238,7 +306,10 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   for (int it = 0; it < num_stages; ++it) {
     cp_async_wait<kStages - 2>();
     __syncthreads();
-    if (it + kStages - 1 < num_stages) load_stage(nxt_a, nxt_b);
+    if (it + kStages - 1 < num_stages) {
+      if (!fused) load_a(nxt_a);
+      load_b(nxt_b);
+    }
     cp_async_commit();
     const uint32_t wa0 = w_addr0 + cur_b, wa1 = w_addr1 + cur_b, wa2 = w_addr2 + cur_b;
     // The third window word is not needed at K = 4 (TrellisBits::kUsesWord2): skip its shared load.
@@ -279,7 +350,7 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
         });
       }
     });
-    cur_a = cur_a == (kStages - 1) * kAStage ? 0u : cur_a + kAStage;
+    cur_a = (!fused && cur_a == (kStages - 1) * kAStage) ? 0u : cur_a + kAStage;  // fused: the slice's next stage
     cur_b = cur_b == (kStages - 1) * kBStage ? 0u : cur_b + kBStage;
     nxt_a = nxt_a == (kStages - 1) * kAStage ? 0u : nxt_a + kAStage;
     nxt_b = nxt_b == (kStages - 1) * kBStage ? 0u : nxt_b + kBStage;
@@ -391,7 +462,7 @@ template <int CB, int BM, bool LOHI>
 cudaError_t launch_gemm_instance(const GemmParams& p, cudaStream_t stream) {
   int max_K2 = 0;
   for (int i = 0; i < p.num_shards; ++i) max_K2 = p.shard[i].K2 > max_K2 ? p.shard[i].K2 : max_K2;
-  const int smem = gemm_smem_bytes_for(BM, max_K2, LOHI);
+  const int smem = p.fused_it ? fused_smem_bytes_for(BM, max_K2, p.k16_per_split) : gemm_smem_bytes_for(BM, max_K2, LOHI);
   // The dynamic shared memory opt-in is a per-device function attribute: set it once per device to the
   // maximum over all K2 of this instance.
   static unsigned attr_set_mask = 0;
@@ -399,7 +470,7 @@ cudaError_t launch_gemm_instance(const GemmParams& p, cudaStream_t stream) {
   cudaGetDevice(&dev);
   if (dev >= 32 || !((attr_set_mask >> dev) & 1u)) {
     cudaError_t e = cudaFuncSetAttribute(gemm_kernel<CB, BM, LOHI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         gemm_smem_bytes_for(BM, 16, LOHI));
+                                         (LOHI || BM != 16) ? gemm_smem_bytes_for(BM, 16, LOHI) : fused_smem_max(BM));
     if (e != cudaSuccess) return e;
     if (dev < 32) attr_set_mask |= 1u << dev;
   }

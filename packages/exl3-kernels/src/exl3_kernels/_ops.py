@@ -104,6 +104,12 @@ def _register_fakes() -> None:
         n_total = sum(t.shape[1] * 16 for t in trellis)
         return xh.new_empty((xh.shape[1], n_total), dtype=out_dtype)
 
+    if hasattr(torch.ops.exl3_kernels, "gemm_x"):  # libraries built before the fused input transform lack the op
+        @torch.library.register_fake(lib + "gemm_x")
+        def _(x, trellis, suh, svh, bias, codebook, split, acc, out_dtype, pdl=False, cluster=False):
+            n_total = sum(t.shape[1] * 16 for t in trellis)
+            return x.new_empty((x.shape[0], n_total), dtype=out_dtype)
+
     if hasattr(torch.ops.exl3_kernels, "gemm_wgmma"):  # libraries built before the wgmma GEMM lack the op
         @torch.library.register_fake(lib + "gemm_wgmma")
         def _(xh, trellis, svh, bias, codebook, split, acc, out_dtype, pdl=False):
@@ -183,6 +189,36 @@ def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor],
     if not lohi:  # the default: also works with libraries built before the lohi argument
         return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl)
     return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, True)
+
+
+def gemm_x_built() -> bool:
+    """Whether the loaded library has :func:`gemm_x` (the GEMM with the input transform inside)."""
+    return available() and hasattr(torch.ops.exl3_kernels, "gemm_x")
+
+
+def gemm_x(x: torch.Tensor, trellis: list[torch.Tensor], suh: list[torch.Tensor], svh: list[torch.Tensor],
+           bias: torch.Tensor | None, codebook: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype,
+           cluster: bool | None = None) -> torch.Tensor:
+    """The BM16 trellis GEMM with the input transform inside: y = had_n(had_k(x * suh_s) @ Ŵ_s) * svh_s + bias, one
+    kernel (two with split-k through the accumulator), no xh in global memory (csrc/gemm/gemm_kernel.cuh, "Input
+    transform inside the GEMM"). Each block transforms its own rows and k slice, bit-identical to
+    :func:`input_transform`; every 128-column block of the output repeats that work, so it pays only at small m.
+
+    Args:
+        x: fp16 or bf16 [m, k], unit column stride, row stride a multiple of 4, 8-byte aligned; k % 128 == 0.
+        trellis, svh, bias, codebook, acc, out_dtype: as :func:`gemm`; suh: per shard fp16 [k].
+        split: split-k factor; each k slice (:func:`plan.fused_it_slice`) must be at most 1024 columns.
+        cluster: as :func:`gemm` (None = CUDA_EXL3_CLUSTER).
+    Returns:
+        [m, sum n_s] in ``out_dtype``.
+    Raises:
+        RuntimeError from the op on a slice above 1024 columns, a missing BM16 instance, or the checks of :func:`gemm`.
+    """
+    pdl = env.get_bool("PDL", True)
+    if cluster is None:
+        cluster = env.get_bool("CLUSTER", False)
+    return torch.ops.exl3_kernels.gemm_x(x, trellis, suh, svh, bias, codebook, split, acc, out_dtype, pdl,
+                                         bool(cluster and split > 1))
 
 
 def _gemm_has_cluster_arg() -> bool:

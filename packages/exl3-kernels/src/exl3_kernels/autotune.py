@@ -87,11 +87,11 @@ def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...
         else:
             p = replace(p, path=path)
     if bm is not None and p.path != "wgmma":
-        p = replace(p, bm=bm)
+        p = replace(p, bm=bm, fused_it=p.fused_it and bm == 16)
     if split is not None:
-        p = replace(p, split=split, cluster=p.cluster and 2 <= split <= CLUSTER_MAX_SPLIT)
+        p = replace(p, split=split, cluster=p.cluster and 2 <= split <= CLUSTER_MAX_SPLIT, fused_it=False)
     if lohi:
-        p = replace(p, lohi=env.get_bool("LOHI") and p.path == "gemm" and p.bm in lohi_bm)
+        p = replace(p, lohi=env.get_bool("LOHI") and p.path == "gemm" and p.bm in lohi_bm and not p.fused_it)
     return p
 
 
@@ -123,8 +123,8 @@ def _time(fn: Callable[[], object], device: torch.device, reps: int = 5) -> floa
 
 def _key(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, deterministic: bool) -> tuple:
     """Cache key of a plan: (shape, m bucket, dtype, device, deterministic mode, CUDA_EXL3_CLUSTER unset / 0 / 1:
-    it decides which split-k plans exist and how the accumulator plans run)."""
-    return (shape, m_bucket(m), dtype, device, deterministic, cluster_mode())
+    it decides which split-k plans exist and how the accumulator plans run; CUDA_EXL3_FUSED_IT)."""
+    return (shape, m_bucket(m), dtype, device, deterministic, cluster_mode(), env.get_bool("FUSED_IT", True))
 
 
 def cluster_mode() -> bool | None:
@@ -135,13 +135,14 @@ def cluster_mode() -> bool | None:
 
 def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,
            built_bm: tuple[int, ...], run: Callable[[Plan], object], lohi_bm: tuple[int, ...] = (),
-           wgmma: bool = False, cluster_splitk: bool = False) -> Plan:
+           wgmma: bool = False, cluster_splitk: bool = False, fused_it: bool = False) -> Plan:
     """Plan for this call. ``run(plan)`` executes the layer with a plan (used only when timing). ``wgmma``: the
     Hopper wgmma GEMM may be timed (built for this codebook, device of compute capability 9.0); the cost model
     never picks it, so under capture it is used only where an earlier timing chose it. ``cluster_splitk``: the
     device and library can reduce split-k inside a thread block cluster (:func:`_ops.cluster_splitk_available`),
     which lets deterministic mode use split-k (:func:`plan.cost_model`) and, with CUDA_EXL3_CLUSTER unset, adds the
-    cluster plans to the timed candidates (:func:`plan.candidates`)."""
+    cluster plans to the timed candidates (:func:`plan.candidates`). ``fused_it``: the library has the GEMM with the
+    input transform inside; its plans are timed at small m."""
     deterministic = env.get_bool("DETERMINISTIC")
     recon_min_m = env.get_int("RECON_MIN_M", 1024)
     key = _key(shape, m, dtype, device, deterministic)
@@ -155,7 +156,7 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
                 _cache[key] = plan
         else:
             cands = candidates(shape, m, sm_count(device), acc_capacity, built_bm, deterministic, lohi_bm, wgmma,
-                               cluster_splitk and cluster_mode() is None)
+                               cluster_splitk and cluster_mode() is None, fused_it)
             if base not in cands:
                 cands.append(base)
             first = {c: _time(lambda: run(c), device) for c in cands}
@@ -177,7 +178,8 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
 
 def prime_smaller_buckets(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,
                           built_bm: tuple[int, ...], run_rows: Callable[[Plan, int], object],
-                          lohi_bm: tuple[int, ...] = (), wgmma: bool = False, cluster_splitk: bool = False) -> int:
+                          lohi_bm: tuple[int, ...] = (), wgmma: bool = False, cluster_splitk: bool = False,
+                          fused_it: bool = False) -> int:
     """Tune every power-of-two m bucket below ``m``'s that is not cached yet, timing each bucket b on the first
     b rows of this call's input (``run_rows(plan, b)``). Returns the number of buckets tuned.
 
@@ -201,7 +203,7 @@ def prime_smaller_buckets(shape: LayerShape, m: int, dtype: torch.dtype, device:
     while b >= 1:
         if _key(shape, b, dtype, device, False) not in _cache:
             choose(shape, b, dtype, device, acc_capacity, built_bm, lambda p, rows=b: run_rows(p, rows), lohi_bm,
-                   wgmma, cluster_splitk)
+                   wgmma, cluster_splitk, fused_it)
             tuned += 1
         b //= 2
     if tuned:

@@ -19,6 +19,7 @@ library is not). Errors about a bad value name the spelling that was actually re
 | CUDA_EXL3_LIBRARY | path of the compiled op library to load instead of the packaged ``_C.abi3.so`` | unset |
 | CUDA_EXL3_WGMMA | 0: do not offer the Hopper wgmma GEMM (compute capability 9.0, built with 9.0) to the autotuner from m = 128; the pin CUDA_EXL3_PATH=wgmma works either way | 1 |
 | CUDA_EXL3_CLUSTER | split-k reduced through distributed shared memory inside one thread block cluster (mma.sync path, split 2..16, compute capability 9.0+) instead of the fp32 accumulator + epilogue kernel (one kernel per op instead of two; bit-identical reruns). Unset: the autotuner times cluster plans (m = 32..256, split <= 8) next to the accumulator ones and deterministic mode plans split-k through clusters; 1: every split-k GEMM with split 2..16 uses it; 0: never (deterministic mode then runs split 1). Read by ``_ops.gemm`` at each call; a captured CUDA graph keeps its capture-time setting; libraries built before it ignore it | unset |
+| CUDA_EXL3_FUSED_IT | 0: the autotuner does not time the BM16 GEMM with the input transform inside (``_ops.gemm_x``: one kernel instead of input transform + GEMM, offered for m <= 16 where a k slice fits 1024 columns) | 1 |
 | CUDA_EXL3_PDL | 0: launch the GEMM and its split-k epilogue without programmatic dependent launch (sm_90+ only, and only for GEMM grids of at least one block per SM; read by ``_ops.gemm`` at each call, a captured CUDA graph keeps its capture-time setting) | 1 |
 """
 from __future__ import annotations

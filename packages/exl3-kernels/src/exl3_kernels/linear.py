@@ -191,6 +191,10 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
         xh = _ops.input_transform(x2, suh)
         acc = workspace.splitk_acc(x2.device) if plan.split > 1 else xh
         return _ops.gemm_wgmma(xh, trellis, svh, bias32, codebook, plan.split, acc, x2.dtype)
+    if plan.fused_it:  # one kernel (two with split-k through the accumulator): no input transform node
+        acc = workspace.splitk_acc(x2.device) if plan.split > 1 else x2  # checked by the op even when a cluster reduces
+        return _ops.gemm_x(x2, trellis, suh, svh, bias32, codebook, plan.split, acc, x2.dtype,
+                           True if plan.cluster else None)
     xh = _ops.input_transform(x2, suh, lohi=plan.lohi)
     acc = workspace.splitk_acc(x2.device) if plan.split > 1 else xh
     # a cluster plan reduces in a cluster; otherwise CUDA_EXL3_CLUSTER decides (unset / 0: the accumulator)
@@ -228,12 +232,14 @@ def _linear_cuda(x, trellis, suh, svh, bias, codebook: int) -> torch.Tensor:
     lohi_bm = tuple(sorted({bm for cb, bm in _ops.built_instances(lohi=True) if cb == codebook}))
     wgmma = wgmma_offered(x2.device, codebook)
     cluster = _ops.cluster_splitk_available(x2.device) and autotune.cluster_mode() is not False
+    fused_it = _ops.gemm_x_built() and env.get_bool("FUSED_IT", True)
     if not autotune.is_cached(shape, m, x2.dtype, x2.device):  # first call in this bucket: tune the smaller ones too
         autotune.prime_smaller_buckets(shape, m, x2.dtype, x2.device, workspace.splitk_capacity(), built,
                                        lambda p, rows: _run_plan(p, x2[:rows], trellis, suh, svh, bias32, codebook),
-                                       lohi_bm, wgmma, cluster)
+                                       lohi_bm, wgmma, cluster, fused_it)
     plan = autotune.choose(shape, m, x2.dtype, x2.device, workspace.splitk_capacity(), built,
-                           lambda p: _run_plan(p, x2, trellis, suh, svh, bias32, codebook), lohi_bm, wgmma, cluster)
+                           lambda p: _run_plan(p, x2, trellis, suh, svh, bias32, codebook), lohi_bm, wgmma, cluster,
+                           fused_it)
     y = _run_plan(plan, x2, trellis, suh, svh, bias32, codebook)
     return y.reshape(*x.shape[:-1], n_total)
 

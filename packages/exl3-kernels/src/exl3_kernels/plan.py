@@ -54,13 +54,14 @@ class Plan:
     split: int = 1
     lohi: bool = False  # the GEMM variant that leaves lo + hi of each weight to the MMA (csrc/gemm/gemm_kernel.cuh)
     cluster: bool = False  # split-k reduced inside a thread block cluster (gemm_kernel.cuh, "Split-k in a cluster")
+    fused_it: bool = False  # BM16 GEMM with the input transform inside (gemm_kernel.cuh, "Input transform inside the GEMM")
 
     def __str__(self) -> str:
         if self.path == "wgmma":
             return f"wgmma(split={self.split})"
         if self.path != "gemm":
             return self.path
-        return f"gemm(bm={self.bm},split={self.split}{',lohi' if self.lohi else ''}{',cluster' if self.cluster else ''})"
+        return f"gemm(bm={self.bm},split={self.split}{',lohi' if self.lohi else ''}{',cluster' if self.cluster else ''}{',it' if self.fused_it else ''})"
 
 
 def m_bucket(m: int) -> int:
@@ -126,6 +127,17 @@ CLUSTER_PLAN_MAX_SPLIT = 8
 # point measured (m = 1-16, all five shapes, two rounds: +0.5-3 us); above, split-k plans are rarely chosen.
 CLUSTER_MIN_M = 32
 CLUSTER_MAX_M = 256
+# The GEMM with the input transform inside (BM16) is timed for m <= FUSED_IT_MAX_M: each 128-column block of the output
+# redoes the transform of its rows and k slice, ~1% of the decode work at m = 1 and ~20% at m = 16. Its k slices hold
+# at most FUSED_IT_MAX_SLICE columns (shared memory; _ops.fused_it_slice, params.h kFusedMaxK16).
+FUSED_IT_MAX_M = 16
+FUSED_IT_MAX_SLICE = 1024
+
+
+def fused_it_slice(k: int, split: int) -> int:
+    """Columns per k slice of the fused-input-transform GEMM: ceil(k / split) rounded up to 128 (ops.cpp's rule)."""
+    per16 = -(-(k // 16) // split)
+    return -(-per16 // 8) * 8 * 16
 
 
 def cluster_splits(shape: LayerShape, m: int, bm: int, sm_count: int) -> list[int]:
@@ -174,6 +186,25 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
     return Plan("gemm", bm, split)
 
 
+def fused_it_plans(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, splits: list[int],
+                   cluster_splitk: bool) -> list[Plan]:
+    """BM16 plans with the input transform inside the GEMM: the accumulator ``splits`` (the plain GEMM's candidates)
+    whose k slice fits FUSED_IT_MAX_SLICE, or if none does the smallest split that fits and passes the accumulator
+    rule; with ``cluster_splitk`` also cluster plans at the :func:`cluster_splits` that fit, or the smallest fitting
+    split <= CLUSTER_PLAN_MAX_SPLIT."""
+    fit = [s for s in range(1, max_split(shape) + 1) if fused_it_slice(shape.k, s) <= FUSED_IT_MAX_SLICE]
+    atomic = [s for s in splits if s in fit]
+    if not atomic:
+        atomic = [s for s in fit if splitk_allowed(shape, m, s, acc_capacity)][:1]
+    out = [Plan("gemm", 16, s, fused_it=True) for s in atomic]
+    if cluster_splitk:
+        cl = [s for s in cluster_splits(shape, m, 16, sm_count) if s in fit]
+        if not cl:
+            cl = [s for s in fit if 2 <= s <= CLUSTER_PLAN_MAX_SPLIT][:1]
+        out += [Plan("gemm", 16, s, cluster=True, fused_it=True) for s in cl]
+    return out
+
+
 def candidate_splits(shape: LayerShape, m: int, bm: int, sm_count: int, acc_capacity: int,
                      deterministic: bool = False) -> list[int]:
     """Split-k factors worth timing for a GEMM grid of row tile ``bm``: 1, the powers of two while the grid stays
@@ -194,14 +225,18 @@ def candidate_splits(shape: LayerShape, m: int, bm: int, sm_count: int, acc_capa
 
 def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
                built_bm: tuple[int, ...] = BM_TIERS, deterministic: bool = False,
-               lohi_bm: tuple[int, ...] = (), wgmma: bool = False, cluster_splitk: bool = False) -> list[Plan]:
+               lohi_bm: tuple[int, ...] = (), wgmma: bool = False, cluster_splitk: bool = False,
+               fused_it: bool = False) -> list[Plan]:
     """Plans worth timing for this m: BM tiers from the covering one down to half of it (and the largest
     for m above all tiers), split-k in powers of two up to the limits, the same tiers and splits as the lohi
     variant where built (``lohi_bm``: BM tiers with a lohi instance for this codebook), the wgmma GEMM with its
     splits for m >= WGMMA_MIN_M when ``wgmma`` (built for this codebook and the device is compute capability 9.0),
     the three dense paths for m >= 64, and with ``cluster_splitk`` (the device and library reduce split-k inside a
     thread block cluster) the cluster plans of :func:`cluster_splits` for m in [CLUSTER_MIN_M, CLUSTER_MAX_M]
-    outside deterministic mode (where the cost model plans them)."""
+    outside deterministic mode (where the cost model plans them), and with ``fused_it`` (the library has the GEMM with
+    the input transform inside) its BM16 plans for m <= FUSED_IT_MAX_M at the splits whose k slice fits
+    FUSED_IT_MAX_SLICE (through the accumulator, and in a cluster at splits 2..CLUSTER_PLAN_MAX_SPLIT with
+    ``cluster_splitk``)."""
     bms = sorted({pick_bm(m, built_bm)} | {b for b in built_bm if m / 2 <= b <= pick_bm(m, built_bm)})
     out: list[Plan] = []
     for bm in bms:
@@ -211,6 +246,8 @@ def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
             out += [Plan("gemm", bm, s, lohi=True) for s in splits]
         if cluster_splitk and not deterministic and CLUSTER_MIN_M <= m <= CLUSTER_MAX_M:
             out += [Plan("gemm", bm, s, cluster=True) for s in cluster_splits(shape, m, bm, sm_count)]
+        if fused_it and bm == 16 and m <= FUSED_IT_MAX_M and not deterministic:
+            out += fused_it_plans(shape, m, sm_count, acc_capacity, splits, cluster_splitk)
     if wgmma and m >= WGMMA_MIN_M:
         out += [Plan("wgmma", WGMMA_BM, s)
                 for s in candidate_splits(shape, m, WGMMA_BM, sm_count, acc_capacity, deterministic)]

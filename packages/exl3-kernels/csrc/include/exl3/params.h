@@ -18,10 +18,14 @@ constexpr int kMaxShards = 8;
 #endif
 constexpr uint32_t kK2Mask = EXL3_K2_MASK;
 
+// fused_it (GemmParams): k slices of at most 1024 columns, 32 KB of A buffers at BM16 (gemm_kernel.cuh; ops.cpp checks)
+constexpr int kFusedMaxK16 = 64;
+
 struct GemmShard {
   const uint32_t* trellis;  // [k/16, n/16, 4*K2] uint32 words (the int16 trellis reinterpreted)
   const uint16_t* svh;      // [n] fp16 bits
-  const uint16_t* xh;       // [m, k] fp16 bits: had128(x * suh) of this shard
+  const uint16_t* xh;       // [m, k] fp16 bits: had128(x * suh) of this shard (unused when GemmParams.fused_it)
+  const uint16_t* suh;      // [k] fp16 bits: this shard's input scales (used only when GemmParams.fused_it)
   int n;                    // output columns of this shard (multiple of 128)
   int col_offset;           // first output column of this shard in the fused output
   int K2;                   // 2 * bits per weight
@@ -41,6 +45,12 @@ struct GemmParams {
   int cluster;        // 1 (split > 1, sm_90+, mma.sync GEMM only): the split blocks of an output tile form a thread
                       // block cluster and reduce through distributed shared memory; acc is not touched and no
                       // epilogue kernel runs (gemm_kernel.cuh, "Split-k in a cluster")
+  int fused_it;       // 1 (mma.sync GEMM, no lohi): the input transform runs inside the GEMM: each block builds
+                      // had128(x * suh) of its rows and k slice straight into shared memory (gemm_kernel.cuh,
+                      // "Input transform inside the GEMM"); shard[].xh unused, k16_per_split % 8 == 0
+  const void* x;      // fused_it: [m, k] fp16 or bf16 activations, unit column stride, row stride x_stride elements
+  int64_t x_stride;
+  int x_bf16;
 };
 
 struct ReconstructParams {

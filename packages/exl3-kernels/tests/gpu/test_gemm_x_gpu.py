@@ -1,0 +1,130 @@
+"""The BM16 GEMM with the input transform inside (``_ops.gemm_x``; gemm_kernel.cuh "Input transform inside the
+GEMM"): bit for bit the input transform + GEMM where the k slices agree, the reference elsewhere, the accumulator
+left zero, graph replay, strided x, the slice limit, and the autotuner offering it at small m."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from exl3_kernels import _ops, autotune, workspace
+
+from _gpu_util import compiled, random_layer, reference_forward, rel_err
+
+TOL = {torch.float16: 1e-3, torch.bfloat16: 4e-3}
+
+
+def _ready():
+    if not _ops.gemm_x_built():
+        pytest.skip("this library predates gemm_x")
+
+
+def _cb():
+    return (1, "mcg") if compiled(1, 8) and compiled(1, 10) else (2, "mul1")
+
+
+def _cluster_ok():
+    return torch.cuda.get_device_capability()[0] >= 9
+
+
+@pytest.mark.parametrize("xdtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("m", [1, 3, 8, 16, 17])
+def test_gemm_x_bit_identical_to_input_transform_then_gemm(m, xdtype):
+    """Split 1 (k = 1024: one 1024-column slice) and, on sm_90, cluster splits 2 / 4 / 8 of k = 4096 (slices of
+    2048 / 1024 / 512 columns: the same boundaries as the plain GEMM's, so the same sums in the same order):
+    equal bit for bit to input_transform + gemm. Mixed K in a fused layer (qkv-like, 3 shards)."""
+    _ready()
+    cb, _ = _cb()
+    k2s = [8, 10, 10] if cb == 1 else [8, 5, 5]
+    out = torch.bfloat16 if xdtype == torch.bfloat16 else torch.float16
+    trellis, suh, svh, bias = random_layer(1024, [256, 128, 128], k2s, seed=m, bias=True)
+    x = torch.randn(m, 1024, device="cuda", dtype=xdtype)
+    y = _ops.gemm_x(x, trellis, suh, svh, bias, cb, 1, x, out)
+    y0 = _ops.gemm(_ops.input_transform(x, suh), trellis, svh, bias, cb, 16, 1, x, out)
+    assert torch.equal(y, y0)
+    if not _cluster_ok():
+        return
+    trellis, suh, svh, bias = random_layer(4096, [256, 128], k2s[:2], seed=m + 1, bias=True)
+    x = torch.randn(m, 4096, device="cuda", dtype=xdtype)
+    acc = workspace.splitk_acc(x.device)
+    xh = _ops.input_transform(x, suh)
+    for split in (4, 8):  # slices of 1024 and 512 columns (split 2 would be 2048: above the limit)
+        y = _ops.gemm_x(x, trellis, suh, svh, bias, cb, split, acc, out, cluster=True)
+        y0 = _ops.gemm(xh, trellis, svh, bias, cb, 16, split, acc, out, cluster=True)
+        assert torch.equal(y, y0), split
+    assert not acc.any()
+
+
+@pytest.mark.parametrize("k,split", [(640, 4), (1024, 2), (4096, 6), (2048, 16)])
+def test_gemm_x_atomic_splitk_vs_reference(k, split):
+    """Split-k through the accumulator, including slices that are partial or empty (k = 640, split 4: slices of 256,
+    256, 128 and 0 columns; k = 4096, split 6: 768-column slices, the last 256): within the fp16 tolerance of the
+    reference, and the accumulator all zero afterwards."""
+    _ready()
+    cb, name = _cb()
+    trellis, suh, svh, bias = random_layer(k, [384], [8], seed=k + split, bias=True)
+    acc = workspace.splitk_acc(torch.device("cuda"))
+    for m in (1, 5, 16):
+        x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        y = _ops.gemm_x(x, trellis, suh, svh, bias, cb, split, acc, torch.float16, cluster=False)
+        assert rel_err(y, reference_forward(x, trellis, suh, svh, bias, name)) < TOL[torch.float16], (m, k, split)
+        assert not acc.any()
+
+
+def test_gemm_x_strided_rows_and_graph_replay():
+    """x as a column slice of a wider tensor (row stride k + 128) equals the contiguous x; a captured graph replayed
+    on new activations equals eager, bit for bit (split 1)."""
+    _ready()
+    cb, _ = _cb()
+    trellis, suh, svh, bias = random_layer(1024, [512], [8], seed=3, bias=True)
+    wide = torch.randn(4, 1024 + 128, device="cuda", dtype=torch.bfloat16)
+    x = wide[:, :1024]
+    assert x.stride(0) == 1024 + 128
+    y = _ops.gemm_x(x, trellis, suh, svh, bias, cb, 1, x, torch.bfloat16)
+    assert torch.equal(y, _ops.gemm_x(x.contiguous(), trellis, suh, svh, bias, cb, 1, x, torch.bfloat16))
+    xs = torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16)
+    fn = lambda: _ops.gemm_x(xs, trellis, suh, svh, bias, cb, 1, xs, torch.bfloat16)  # noqa: E731
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fn()
+    for seed in range(3):
+        xs.copy_(torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16,
+                             generator=torch.Generator("cuda").manual_seed(seed)))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, fn())
+
+
+def test_gemm_x_refuses_slices_above_1024_columns():
+    _ready()
+    cb, _ = _cb()
+    trellis, suh, svh, _ = random_layer(2048, [128], [8], seed=4)
+    x = torch.randn(2, 2048, device="cuda", dtype=torch.float16)
+    with pytest.raises(RuntimeError, match="at most 1024 columns"):
+        _ops.gemm_x(x, trellis, suh, svh, None, cb, 1, x, torch.float16)
+    with pytest.raises(RuntimeError, match="suh"):
+        _ops.gemm_x(x, trellis, suh + suh, svh, None, cb, 2, workspace.splitk_acc(x.device), torch.float16)
+
+
+def test_autotuner_offers_gemm_x_at_small_m(monkeypatch):
+    """exl3_linear at m = 1 times ",it" plans (not with CUDA_EXL3_FUSED_IT=0) and its output matches the reference
+    whichever plan won."""
+    _ready()
+    from exl3_kernels.linear import Exl3Layer, exl3_linear
+
+    cb, name = _cb()
+    monkeypatch.delenv("CUDA_EXL3_DETERMINISTIC", raising=False)
+    trellis, suh, svh, bias = random_layer(4096, [1024], [8], seed=6, bias=True)
+    layer = Exl3Layer(trellis, suh, svh, name, bias)
+    x = torch.randn(1, 4096, device="cuda", dtype=torch.float16)
+    for flag, expect in (("1", True), ("0", False)):
+        monkeypatch.setenv("CUDA_EXL3_FUSED_IT", flag)
+        autotune.clear()
+        y = exl3_linear(x, layer)
+        timed = [c for t in autotune.cached_timings().values() for c in t["first"]]
+        assert any(c.endswith(",it)") for c in timed) == expect, timed
+        assert rel_err(y, reference_forward(x, trellis, suh, svh, bias, name)) < TOL[torch.float16]
