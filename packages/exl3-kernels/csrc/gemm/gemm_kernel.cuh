@@ -164,8 +164,9 @@ __device__ __forceinline__ void fused_input_transform(const GemmParams& p, const
 // x[2q + 8], in A2 x[2q + 1] and x[2q + 9]: sum = x_2q (lo + hi)_2q + ... for all 16 rows, lo + hi added in fp32.
 // Per tile and lane it saves 8 HADD2 + 4 PRMT and costs one more ldmatrix.x4 and two more MMAs per m16 block, so
 // it pays where BM is small.
-template <int CB, int BM, int K2, bool LOHI = false>
+template <int CB, int BM, int K2, bool LOHI = false, bool FUSED = false>
 __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard& sh, uint8_t* smem) {
+  static_assert(!FUSED || (BM == 16 && !LOHI), "the input transform inside the GEMM is built for BM16 without lohi");
   static_assert(!LOHI || CB != kCbMul1, "lohi needs the 3inst or mcg codebook");
   constexpr int kTileWords = 4 * K2;
   constexpr int kAK = LOHI ? 2 * kBK : kBK;   // virtual A columns per stage
@@ -193,7 +194,10 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   // addresses every stage: ~34 of its ~83 instructions per tile, SASS of gemm_kernel<mcg, 16>, K = 4).
   constexpr int kAStage = a_stage_bytes(BM, LOHI);
   constexpr int kBStage = b_stage_bytes(K2);
-  const bool fused = !LOHI && BM == 16 && p.fused_it;  // A built in place for the whole slice (top of this file)
+  // A built in place for the whole slice (top of this file). A template parameter, not p.fused_it read here: the
+  // run-time form added a predicate and a select to every k step of the plain BM16 kernel, which then ran 0.5-1.3 us
+  // slower per op at m <= 16 on three of five shapes (bench/results/profiles/gemm-x-3e1c8ca/).
+  constexpr bool fused = FUSED;
   const uint32_t smem_a = smem_u32(smem);
   const uint32_t smem_b = smem_a + (fused ? (p.k16_per_split / (kBK / 16)) * kAStage : kStages * kAStage);
 
@@ -434,7 +438,7 @@ struct GemmOccupancy {
                                     : (BM <= 32 ? EXL3_GEMM_MIN_BLOCKS_BM32 : (BM <= 64 ? EXL3_GEMM_MIN_BLOCKS_BM64 : 2));
 };
 
-template <int CB, int BM, bool LOHI>
+template <int CB, int BM, bool LOHI, bool FUSED = false>
 __global__ void __launch_bounds__(kThreads, GemmOccupancy<BM>::kMinBlocks) gemm_kernel(const __grid_constant__ GemmParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int col0 = blockIdx.x * 128;
@@ -445,7 +449,7 @@ __global__ void __launch_bounds__(kThreads, GemmOccupancy<BM>::kMinBlocks) gemm_
   switch (sh.K2) {
 #define EXL3_GEMM_CASE(K2)                                      \
   case K2:                                                      \
-    if constexpr (k2_built<CB, K2>()) gemm_block<CB, BM, K2, LOHI>(p, sh, smem); \
+    if constexpr (k2_built<CB, K2>()) gemm_block<CB, BM, K2, LOHI, FUSED>(p, sh, smem); \
     break;
     EXL3_GEMM_CASE(2) EXL3_GEMM_CASE(3) EXL3_GEMM_CASE(4) EXL3_GEMM_CASE(5)
     EXL3_GEMM_CASE(6) EXL3_GEMM_CASE(7) EXL3_GEMM_CASE(8) EXL3_GEMM_CASE(10)
@@ -458,24 +462,25 @@ __global__ void __launch_bounds__(kThreads, GemmOccupancy<BM>::kMinBlocks) gemm_
 // Split-k epilogue: one warp per (row, 128-column block): acc -> transform -> y, and acc := 0.
 __global__ void __launch_bounds__(256) splitk_epilogue_kernel(const __grid_constant__ GemmParams p);
 
-template <int CB, int BM, bool LOHI>
-cudaError_t launch_gemm_instance(const GemmParams& p, cudaStream_t stream) {
+// Launch one kernel of an instance: the plain GEMM, or (FUSED, BM16 without lohi) the one with the input transform.
+template <int CB, int BM, bool LOHI, bool FUSED>
+cudaError_t launch_gemm_kernel(const GemmParams& p, cudaStream_t stream) {
   int max_K2 = 0;
   for (int i = 0; i < p.num_shards; ++i) max_K2 = p.shard[i].K2 > max_K2 ? p.shard[i].K2 : max_K2;
-  const int smem = p.fused_it ? fused_smem_bytes_for(BM, max_K2, p.k16_per_split) : gemm_smem_bytes_for(BM, max_K2, LOHI);
+  const int smem = FUSED ? fused_smem_bytes_for(BM, max_K2, p.k16_per_split) : gemm_smem_bytes_for(BM, max_K2, LOHI);
   // The dynamic shared memory opt-in is a per-device function attribute: set it once per device to the
-  // maximum over all K2 of this instance.
+  // maximum over all K2 (and, fused, all slices) of this kernel.
   static unsigned attr_set_mask = 0;
   int dev = 0;
   cudaGetDevice(&dev);
   if (dev >= 32 || !((attr_set_mask >> dev) & 1u)) {
-    cudaError_t e = cudaFuncSetAttribute(gemm_kernel<CB, BM, LOHI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (LOHI || BM != 16) ? gemm_smem_bytes_for(BM, 16, LOHI) : fused_smem_max(BM));
+    cudaError_t e = cudaFuncSetAttribute(gemm_kernel<CB, BM, LOHI, FUSED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         FUSED ? fused_smem_max(BM) : gemm_smem_bytes_for(BM, 16, LOHI));
     if (e != cudaSuccess) return e;
     if (dev < 32) attr_set_mask |= 1u << dev;
   }
   dim3 grid(p.n_total / 128, (p.m + BM - 1) / BM, p.split);
-  static const bool image_pdl = kernel_has_pdl(gemm_kernel<CB, BM, LOHI>);  // thread-safe static init
+  static const bool image_pdl = kernel_has_pdl(gemm_kernel<CB, BM, LOHI, FUSED>);  // thread-safe static init
   if (p.cluster) {
     // the cluster epilogue exists only in sm_90+ code: an image of older PTX (JIT-compiled here) has it compiled out
     // and would trap (cluster size 1), so refuse before launching
@@ -483,14 +488,25 @@ cudaError_t launch_gemm_instance(const GemmParams& p, cudaStream_t stream) {
     // clusters above 8 blocks need the non-portable opt-in (sm_90 allows 16); set once per device, as above
     static unsigned cluster_attr_mask = 0;
     if (p.split > 8 && (dev >= 32 || !((cluster_attr_mask >> dev) & 1u))) {
-      cudaError_t e = cudaFuncSetAttribute(gemm_kernel<CB, BM, LOHI>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      cudaError_t e = cudaFuncSetAttribute(gemm_kernel<CB, BM, LOHI, FUSED>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
       if (e != cudaSuccess) return e;
       if (dev < 32) cluster_attr_mask |= 1u << dev;
     }
-    return launch_maybe_pdl_cluster(gemm_kernel<CB, BM, LOHI>, grid, dim3(kThreads), smem, stream,
+    return launch_maybe_pdl_cluster(gemm_kernel<CB, BM, LOHI, FUSED>, grid, dim3(kThreads), smem, stream,
                                     p.pdl != 0 && image_pdl, p.split, p);
   }
-  return launch_maybe_pdl(gemm_kernel<CB, BM, LOHI>, grid, dim3(kThreads), smem, stream, p.pdl != 0 && image_pdl, p);
+  return launch_maybe_pdl(gemm_kernel<CB, BM, LOHI, FUSED>, grid, dim3(kThreads), smem, stream,
+                          p.pdl != 0 && image_pdl, p);
+}
+
+template <int CB, int BM, bool LOHI>
+cudaError_t launch_gemm_instance(const GemmParams& p, cudaStream_t stream) {
+  if constexpr (BM == 16 && !LOHI) {
+    if (p.fused_it) return launch_gemm_kernel<CB, BM, LOHI, true>(p, stream);
+  } else {
+    if (p.fused_it) return cudaErrorInvalidValue;  // only BM16 without lohi has the fused kernel (ops.cpp asks for it)
+  }
+  return launch_gemm_kernel<CB, BM, LOHI, false>(p, stream);
 }
 
 }  // namespace exl3
