@@ -114,21 +114,29 @@ __device__ __forceinline__ void finish_row4(float v[4], int lane, const GemmShar
 }
 
 // The input transform of one block's rows and k slice into its A buffers (p.fused_it; see the top of this file).
-// Task t = (row r, 128-column block b) of the slice goes to warp t % 8; lane l holds columns c = 128 b + 4 l .. + 3 of
-// the slice, which sit in stage c / 64 at column c % 64: 16-byte chunk (c % 64) / 8, swizzled as the cp.async copies
-// (chunk ^ (r & 7)), half chunk c % 8 (0 or 4). A warp stores 2 x 128 contiguous bytes of one row per task (lanes
+// The slice has nb <= 8 128-column blocks (kFusedMaxK16), so warp w < (8 / nb) nb owns column block b = w % nb and
+// rows w / nb, w / nb + 8 / nb, ...: its suh values are fixed, a weight like the trellis, and were loaded before the
+// PDL wait (`su`, by the caller); with them loaded here instead, after the wait, the first read of suh from HBM sat
+// in front of the k loop (the fused op at split 6 on 4096x11008, m = 1, was 0.9 us slower than the plain GEMM plus
+// its input transform kernel, profiles/gemm-x-0942892/). Lane l holds columns c = 128 b + 4 l .. + 3 of the slice,
+// which sit in stage c / 64 at column c % 64: 16-byte chunk (c % 64) / 8, swizzled as the cp.async copies
+// (chunk ^ (r & 7)), half chunk c % 8 (0 or 4). A warp stores 2 x 128 contiguous bytes of one row per row (lanes
 // 0-15 in one stage, 16-31 in the next): two wavefronts, the minimum for 256 bytes.
 template <int BM>
-__device__ __forceinline__ void fused_input_transform(const GemmParams& p, const GemmShard& sh, uint32_t smem_a,
-                                                      int row0, int rows_here, int k16_begin, int k16_end, int warp,
-                                                      int lane) {
+__device__ __forceinline__ void fused_input_transform(const GemmParams& p, uint2 su, uint32_t smem_a, int row0,
+                                                      int rows_here, int k16_begin, int nb, int warp, int lane) {
   constexpr int kAStage = a_stage_bytes(BM, false);
-  const int nb = (k16_end - k16_begin) / 8;  // 128-column blocks of this slice (0 for an empty slice)
+  if (nb <= 0) return;
+  const int g = (kThreads / 32) / nb;  // warps per column block
+  if (warp >= g * nb) return;
+  const int b = warp % nb;
+  const int c = b * 128 + 4 * lane;
   const int kc0 = k16_begin * 16;
-  const int tasks = rows_here * nb;
-  for (int t = warp; t < tasks; t += kThreads / 32) {
-    const int r = t / nb, b = t - r * nb;
-    const int c = b * 128 + 4 * lane;
+  const float2 s01 = __half22float2(*reinterpret_cast<const __half2*>(&su.x));
+  const float2 s23 = __half22float2(*reinterpret_cast<const __half2*>(&su.y));
+  const int cc = c & (kBK - 1);
+  const uint32_t col_addr = smem_a + (uint32_t)((c / kBK) * kAStage);
+  for (int r = warp / nb; r < rows_here; r += g) {
     const uint2 raw = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint16_t*>(p.x) +
                                                       (int64_t)(row0 + r) * p.x_stride + kc0 + c);
     float2 a, bb;
@@ -139,16 +147,11 @@ __device__ __forceinline__ void fused_input_transform(const GemmParams& p, const
       a = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
       bb = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
     }
-    const uint2 su = *reinterpret_cast<const uint2*>(sh.suh + kc0 + c);
-    const float2 s01 = __half22float2(*reinterpret_cast<const __half2*>(&su.x));
-    const float2 s23 = __half22float2(*reinterpret_cast<const __half2*>(&su.y));
     float v[4] = {a.x * s01.x, a.y * s01.y, bb.x * s23.x, bb.y * s23.y};
     fwht128_lane4(v, lane);
     __half2 o0 = __floats2half2_rn(v[0] * kRsqrt128, v[1] * kRsqrt128);
     __half2 o1 = __floats2half2_rn(v[2] * kRsqrt128, v[3] * kRsqrt128);
-    const int cc = c & (kBK - 1);
-    const uint32_t addr = smem_a + (uint32_t)((c / kBK) * kAStage) +
-                          2u * (uint32_t)(r * kBK + ((((cc >> 3) ^ (r & 7)) << 3) | (cc & 7)));
+    const uint32_t addr = col_addr + 2u * (uint32_t)(r * kBK + ((((cc >> 3) ^ (r & 7)) << 3) | (cc & 7)));
     asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(*reinterpret_cast<uint32_t*>(&o0)),
                  "r"(*reinterpret_cast<uint32_t*>(&o1))
                  : "memory");
@@ -271,12 +274,17 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s)
     if (s < num_stages) load_b(s * kBStage);
+  // fused: this warp's suh values (fused_input_transform), a weight, fetched before the wait like the trellis
+  const int fused_nb = fused ? (k16_end - k16_begin) / 8 : 0;
+  uint2 fused_su = make_uint2(0u, 0u);
+  if (fused && fused_nb > 0 && warp < ((kThreads / 32) / fused_nb) * fused_nb)
+    fused_su = *reinterpret_cast<const uint2*>(sh.suh + k16_begin * 16 + (warp % fused_nb) * 128 + 4 * lane);
   pdl_wait();
   if (fused) {
     // the same commit groups as below (so the loop's waits count alike), A by the block itself
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) cp_async_commit();
-    fused_input_transform<BM>(p, sh, smem_a, row0, rows_here, k16_begin, k16_end, warp, lane);
+    fused_input_transform<BM>(p, fused_su, smem_a, row0, rows_here, k16_begin, fused_nb, warp, lane);
   } else {
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
