@@ -355,8 +355,8 @@ def test_wgmma_candidates_on_by_default(monkeypatch):
 
 def test_deterministic_split_k_only_through_clusters():
     """Deterministic mode: split 1 without the cluster reduction; with it (cluster_splitk) a cluster plan whose grid
-    fills at most one wave of resident blocks, capped at the portable cluster size (8), not limited by the
-    accumulator. 4096x11008 at m = 64 (BM64, 86 blocks, 396 resident): split 4, where the cost model with atomics
+    fills at most one wave of resident blocks, capped at the portable cluster size (8), where m x n fits the
+    accumulator (the op checks its size for any split > 1). 4096x11008 at m = 64 (BM64, 86 blocks, 396 resident): split 4, where the cost model with atomics
     picks the two-wave split 9 (the deterministic cluster plan of 96288fb, 45.6 us against 33.2 at split 4)."""
     from exl3_kernels.plan import CLUSTER_PLAN_MAX_SPLIT
 
@@ -367,9 +367,10 @@ def test_deterministic_split_k_only_through_clusters():
         assert p.path == "gemm" and p.cluster and 2 <= p.split <= CLUSTER_PLAN_MAX_SPLIT, (ns, p)
         blocks = sum(ns) // 128
         assert blocks * p.split <= BLOCKS_PER_SM[16] * 132 < blocks * (p.split + 1) or p.split == 8, (ns, p)
-        # the accumulator capacity does not limit it (no accumulator is used)
-        assert cost_model(shape, 1, 132, 0, deterministic=True, cluster_splitk=True) == p
-        assert cost_model(shape, 1, 132, 0).split == 1  # the atomic path needs the accumulator
+        # the op checks the accumulator's size even though a cluster leaves it untouched: no room, no split
+        assert cost_model(shape, 1, 132, sum(ns) - 1, deterministic=True, cluster_splitk=True) == Plan("gemm", 16, 1)
+        assert cost_model(shape, 1, 132, sum(ns), deterministic=True, cluster_splitk=True) == p
+        assert cost_model(shape, 1, 132, 0).split == 1  # the atomic path needs the accumulator too
     mid = LayerShape(4096, (11008,), (8,), 1)
     assert cost_model(mid, 64, 132, ACC).split == 9
     assert cost_model(mid, 64, 132, ACC, deterministic=True, cluster_splitk=True) == Plan("gemm", 64, 4, cluster=True)
@@ -473,3 +474,21 @@ def test_fused_it_pins(monkeypatch):
     k1 = autotune._key(shape, 1, torch.float16, torch.device("cpu"), False)
     monkeypatch.setenv("CUDA_EXL3_FUSED_IT", "0")
     assert autotune._key(shape, 1, torch.float16, torch.device("cpu"), False) != k1
+
+
+def test_no_cluster_plan_beyond_the_accumulator():
+    """Regression (serving benchmark at 38941ac): vLLM's profile run tuned the lm_head (k 4096, n 128256) at m = 256
+    and timed a cluster plan; the op refused it (m x n = 32.8 M > the 16.8 M-element workspace) and the engine did not
+    start. No cluster plan (timed, fused or deterministic) may exceed the accumulator's capacity."""
+    acc = 16 << 20
+    head = LayerShape(4096, (128256,), (12,), 1)
+    for m in (1, 16, 32, 64, 128, 256):
+        plans = candidates(head, m, 132, acc, cluster_splitk=True, fused_it=True)
+        fits = m * 128256 <= acc
+        for p in plans:
+            if p.split > 1:
+                assert fits, (m, p)
+        det = cost_model(head, m, 132, acc, deterministic=True, cluster_splitk=True)
+        assert det.split == 1 or fits, (m, det)
+    assert any(p.cluster for p in candidates(head, 64, 132, acc, cluster_splitk=True))  # 8.2 M: fits
+    assert not any(p.cluster for p in candidates(head, 256, 132, acc, cluster_splitk=True))

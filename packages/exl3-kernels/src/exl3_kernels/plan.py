@@ -140,9 +140,20 @@ def fused_it_slice(k: int, split: int) -> int:
     return -(-per16 // 8) * 8 * 16
 
 
-def cluster_splits(shape: LayerShape, m: int, bm: int, sm_count: int) -> list[int]:
+def cluster_acc_ok(shape: LayerShape, m: int, acc_capacity: int) -> bool:
+    """Whether a split-k plan through a cluster may run: the cluster leaves the accumulator untouched, but the op checks
+    its size for every split > 1 (ops.cpp gemm_setup), so m x n must fit ``acc_capacity`` as on the atomic path. Found
+    by the serving benchmark at 38941ac: vLLM's profile run put the lm_head (n = 128256) through a cluster plan at
+    m = 256 (32.8 M elements against the 16.8 M of the default workspace) and the engine failed to start."""
+    return m * shape.n_total <= acc_capacity
+
+
+def cluster_splits(shape: LayerShape, m: int, bm: int, sm_count: int, acc_capacity: int) -> list[int]:
     """Split-k factors worth timing with the cluster reduction: 2, 4, 8 and the largest split whose grid fits one
-    wave of resident blocks, each within CLUSTER_PLAN_MAX_SPLIT and :func:`max_split` (no accumulator: no traffic rule)."""
+    wave of resident blocks, each within CLUSTER_PLAN_MAX_SPLIT and :func:`max_split` (no accumulator traffic, so no
+    traffic rule); none where :func:`cluster_acc_ok` fails."""
+    if not cluster_acc_ok(shape, m, acc_capacity):
+        return []
     blocks = (shape.n_total // 128) * math.ceil(m / bm)
     cap = BLOCKS_PER_SM.get(bm, 2) * sm_count
     top = min(CLUSTER_PLAN_MAX_SPLIT, max_split(shape))
@@ -161,8 +172,8 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
       (:func:`wave_splits`), within :func:`splitk_allowed` and :func:`max_split`.
     - ``deterministic``: no split-k (no atomics), unless ``cluster_splitk``: the split-k GEMM then reduces inside a
       thread block cluster in a fixed order (sm_90+), bit-identical from run to run; the split is the largest that
-      keeps the grid within one wave of resident blocks, at most CLUSTER_PLAN_MAX_SPLIT (no accumulator, so no
-      traffic rule), and the plan has ``cluster`` set.
+      keeps the grid within one wave of resident blocks, at most CLUSTER_PLAN_MAX_SPLIT (no accumulator traffic, so no
+      traffic rule; m x n must still fit the accumulator, :func:`cluster_acc_ok`), and the plan has ``cluster`` set.
     """
     if m >= recon_min_m:
         return Plan("reconstruct")
@@ -172,6 +183,8 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
     split = 1
     if deterministic and cluster_splitk:
         split = min(CLUSTER_PLAN_MAX_SPLIT, max_split(shape), cap // blocks)
+        if not cluster_acc_ok(shape, m, acc_capacity):
+            split = 1
         return Plan("gemm", bm, split, cluster=True) if split >= 2 else Plan("gemm", bm, 1)
     allowed = lambda s: splitk_allowed(shape, m, s, acc_capacity)  # noqa: E731
     if not deterministic and blocks < cap:
@@ -197,8 +210,8 @@ def fused_it_plans(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, 
     if not atomic:
         atomic = [s for s in fit if splitk_allowed(shape, m, s, acc_capacity)][:1]
     out = [Plan("gemm", 16, s, fused_it=True) for s in atomic]
-    if cluster_splitk:
-        cl = [s for s in cluster_splits(shape, m, 16, sm_count) if s in fit]
+    if cluster_splitk and cluster_acc_ok(shape, m, acc_capacity):
+        cl = [s for s in cluster_splits(shape, m, 16, sm_count, acc_capacity) if s in fit]
         if not cl:
             cl = [s for s in fit if 2 <= s <= CLUSTER_PLAN_MAX_SPLIT][:1]
         out += [Plan("gemm", 16, s, cluster=True, fused_it=True) for s in cl]
@@ -245,7 +258,7 @@ def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
         if bm in lohi_bm:
             out += [Plan("gemm", bm, s, lohi=True) for s in splits]
         if cluster_splitk and not deterministic and CLUSTER_MIN_M <= m <= CLUSTER_MAX_M:
-            out += [Plan("gemm", bm, s, cluster=True) for s in cluster_splits(shape, m, bm, sm_count)]
+            out += [Plan("gemm", bm, s, cluster=True) for s in cluster_splits(shape, m, bm, sm_count, acc_capacity)]
         if fused_it and bm == 16 and m <= FUSED_IT_MAX_M and not deterministic:
             out += fused_it_plans(shape, m, sm_count, acc_capacity, splits, cluster_splitk)
     if wgmma and m >= WGMMA_MIN_M:
