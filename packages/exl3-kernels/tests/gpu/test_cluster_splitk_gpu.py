@@ -121,3 +121,33 @@ def test_autotuner_times_cluster_plans_and_runs_the_winner(monkeypatch):
     assert rel_err(y, reference_forward(x, trellis, suh, svh, bias, cb)) < TOL[torch.float16]
     acc = workspace.splitk_acc(x.device)
     assert not acc.any()
+
+
+def test_layer_wider_than_the_accumulator_runs(monkeypatch):
+    """Regression (serving at 38941ac: the lm_head at m = 256 failed in vLLM's profile run). With a 1 MiB split-k
+    workspace (262144 elements), a 1024 x 2048 layer at m = 256 (524288 outputs) must run: the autotuner may not
+    time a cluster plan the op would refuse; at m = 64 (131072) cluster plans are still timed."""
+    _cluster_ready()
+    from exl3_kernels import autotune
+    from exl3_kernels.linear import Exl3Layer, exl3_linear
+
+    for v in ("CUDA_EXL3_CLUSTER", "VLLM_EXL3_CLUSTER", "CUDA_EXL3_DETERMINISTIC"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("CUDA_EXL3_SPLITK_WORKSPACE_MB", "1")
+    workspace.reset()
+    autotune.clear()
+    try:
+        cb = "mcg" if compiled(1, 8) else "mul1"
+        trellis, suh, svh, bias = random_layer(1024, [2048], [8], seed=11, bias=True)
+        layer = Exl3Layer(trellis, suh, svh, cb, bias)
+        for m, cluster_timed in ((256, False), (64, True)):
+            autotune.clear()
+            x = torch.randn(m, 1024, device="cuda", dtype=torch.float16)
+            y = exl3_linear(x, layer)
+            # this bucket's candidates only (the first call also primes the smaller buckets, whose m x n fits)
+            timed = [c for key, t in autotune.cached_timings().items() if key[1] == m for c in t["first"]]
+            assert timed and any(",cluster" in c for c in timed) == cluster_timed, (m, timed)
+            assert rel_err(y, reference_forward(x, trellis, suh, svh, bias, cb)) < TOL[torch.float16]
+    finally:
+        workspace.reset()
+        autotune.clear()
