@@ -492,3 +492,16 @@ def test_no_cluster_plan_beyond_the_accumulator():
         assert det.split == 1 or fits, (m, det)
     assert any(p.cluster for p in candidates(head, 64, 132, acc, cluster_splitk=True))  # 8.2 M: fits
     assert not any(p.cluster for p in candidates(head, 256, 132, acc, cluster_splitk=True))
+
+
+def test_deterministic_mode_dense_path_by_m():
+    """Deterministic mode (no timing): reconstruct_n for m = 512 .. 4095 (measured fastest of the deterministic paths
+    there, plan.DET_RECON_N_MIN_M), reconstruct from 4096, the GEMM below 512; the timed mode's fallback is unchanged."""
+    for ns in ([11008], [4096], [4096, 1024, 1024], [5120]):
+        shape = LayerShape(4096, tuple(ns), tuple(8 for _ in ns), 1)
+        for m, path in ((256, "gemm"), (511, "gemm"), (512, "reconstruct_n"), (1024, "reconstruct_n"),
+                        (4095, "reconstruct_n"), (4096, "reconstruct"), (8192, "reconstruct")):
+            for cl in (False, True):
+                assert cost_model(shape, m, 132, ACC, deterministic=True, cluster_splitk=cl).path == path, (ns, m, cl)
+        assert cost_model(shape, 512, 132, ACC).path == "gemm"
+        assert cost_model(shape, 1024, 132, ACC).path == "reconstruct"

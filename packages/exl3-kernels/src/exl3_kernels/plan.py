@@ -123,6 +123,15 @@ CLUSTER_MAX_SPLIT = 16  # largest thread block cluster on sm_90 (non-portable si
 # 32 us for the same split through the accumulator, and deterministic plans of two or three waves (4096x11008 m = 64
 # split 9, qkv m = 256 split 11) were slower than split 1.
 CLUSTER_PLAN_MAX_SPLIT = 8
+# Deterministic mode never times, so the cost model picks its path. From m = DET_RECON_N_MIN_M to below
+# DET_RECON_MAX_M it takes reconstruct_n (no atomics: W_n, then cuBLAS), then reconstruct. The autotuner's cold first-pass
+# timings of the deterministic candidates at 38941ac (bench/results/gemm-38941ac-k4.json, "autotune_us") had
+# reconstruct_n fastest of them at m = 512 and 1024 on four of the five shapes and within 10% on the fifth (qkv m = 512:
+# wgmma split 1 83 us, reconstruct_n 90), where the cost model ran the BM128 GEMM at split 1 (4096x4096 m = 512: 70 against
+# 49 us) or reconstruct (4096x11008 m = 1024: 234 against 186 us); at m = 256 it lost on the qkv shape (a cluster GEMM
+# 67 us), so m = 256 keeps the GEMM.
+DET_RECON_N_MIN_M = 512
+DET_RECON_MAX_M = 4096
 # The autotuner times cluster plans for m in [CLUSTER_MIN_M, CLUSTER_MAX_M]: below, the cluster was slower at every
 # point measured (m = 1-16, all five shapes, two rounds: +0.5-3 us); above, split-k plans are rarely chosen.
 CLUSTER_MIN_M = 32
@@ -166,7 +175,8 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
     """Heuristic plan without timing.
 
     - m >= ``recon_min_m``: reconstruct (the GEMM decodes the trellis once per BM rows; cuBLAS wins once
-      the decode is amortised over enough rows).
+      the decode is amortised over enough rows). In deterministic mode reconstruct_n from DET_RECON_N_MIN_M (512) to
+      below DET_RECON_MAX_M (4096), measured faster there (see the constants).
     - else the smallest BM tier covering m (capped at the largest), and, when the grid does not fill one
       wave of resident blocks, the split-k with the best wave efficiency among the whole-wave fits
       (:func:`wave_splits`), within :func:`splitk_allowed` and :func:`max_split`.
@@ -175,6 +185,8 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
       keeps the grid within one wave of resident blocks, at most CLUSTER_PLAN_MAX_SPLIT (no accumulator traffic, so no
       traffic rule; m x n must still fit the accumulator, :func:`cluster_acc_ok`), and the plan has ``cluster`` set.
     """
+    if deterministic and DET_RECON_N_MIN_M <= m < DET_RECON_MAX_M:
+        return Plan("reconstruct_n")
     if m >= recon_min_m:
         return Plan("reconstruct")
     bm = pick_bm(m, built_bm)

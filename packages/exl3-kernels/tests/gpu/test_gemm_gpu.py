@@ -335,7 +335,12 @@ def test_deterministic_mode_bit_identical(monkeypatch):
     x = torch.randn(5, 4096, device="cuda", dtype=torch.float16)
     ys = [exl3_linear(x, layer) for _ in range(5)]
     assert all(torch.equal(ys[0], y) for y in ys[1:])
-    plans = list(autotune.cached_plans().values())
+    # m = 600: the dense path of deterministic mode (reconstruct_n: W_n then cuBLAS, no atomics)
+    xl = torch.randn(600, 4096, device="cuda", dtype=torch.float16)
+    yl = [exl3_linear(xl, layer) for _ in range(3)]
+    assert all(torch.equal(yl[0], y) for y in yl[1:])
+    assert any(p.path == "reconstruct_n" for p in autotune.cached_plans().values())
+    plans = [p for p in autotune.cached_plans().values() if p.path == "gemm"]
     if _ops.cluster_splitk_available(x.device):  # split-k through the cluster's fixed-order reduction only
         assert any(p.split > 1 for p in plans), plans
         assert all(p.path == "reconstruct" or p.split == 1 or (p.cluster and p.split <= 8) for p in plans), plans
