@@ -456,16 +456,20 @@ def test_fused_it_slices_and_candidates():
 
 
 def test_fused_it_pins(monkeypatch):
-    """A pinned split or BM turns the plan back into a plain GEMM plan (the fused slice limit is not known to the
-    pin); CUDA_EXL3_LOHI=1 never combines with a fused plan; CUDA_EXL3_FUSED_IT is part of the cache key."""
+    """A pinned split, or a pinned BM other than 16, turns the plan back into a plain GEMM plan (the fused slice limit
+    is not known to the pin); CUDA_EXL3_LOHI=1 replaces a fused plan by the lohi one where the layer has a lohi
+    instance; CUDA_EXL3_FUSED_IT is part of the cache key."""
     from exl3_kernels import autotune
 
     p = Plan("gemm", 16, 4, fused_it=True)
     monkeypatch.setenv("CUDA_EXL3_LOHI", "1")
-    assert autotune._apply_pins(p, (16,)) == p
+    assert autotune._apply_pins(p, (16,)) == Plan("gemm", 16, 4, lohi=True)  # LOHI=1 means lohi: the plain GEMM's
+    assert autotune._apply_pins(p, ()) == p  # no lohi instance (mul1): the fused plan stays
     monkeypatch.delenv("CUDA_EXL3_LOHI")
     monkeypatch.setenv("CUDA_EXL3_BM", "32")
     assert autotune._apply_pins(p) == Plan("gemm", 32, 4)
+    monkeypatch.setenv("CUDA_EXL3_BM", "16")
+    assert autotune._apply_pins(p) == p
     monkeypatch.delenv("CUDA_EXL3_BM")
     monkeypatch.setenv("CUDA_EXL3_SPLIT", "2")
     assert autotune._apply_pins(p) == Plan("gemm", 16, 2)
@@ -495,13 +499,45 @@ def test_no_cluster_plan_beyond_the_accumulator():
 
 
 def test_deterministic_mode_dense_path_by_m():
-    """Deterministic mode (no timing): reconstruct_n for m = 512 .. 4095 (measured fastest of the deterministic paths
-    there, plan.DET_RECON_N_MIN_M), reconstruct from 4096, the GEMM below 512; the timed mode's fallback is unchanged."""
+    """Deterministic mode (no timing) plans by m bucket (the same plan whichever m of the bucket came first):
+    reconstruct_n for the buckets 512 .. 2048 (measured fastest of the deterministic paths there,
+    plan.DET_RECON_N_MIN_M), reconstruct from bucket 4096, the GEMM below; the timed mode's fallback is unchanged."""
     for ns in ([11008], [4096], [4096, 1024, 1024], [5120]):
         shape = LayerShape(4096, tuple(ns), tuple(8 for _ in ns), 1)
-        for m, path in ((256, "gemm"), (511, "gemm"), (512, "reconstruct_n"), (1024, "reconstruct_n"),
-                        (4095, "reconstruct_n"), (4096, "reconstruct"), (8192, "reconstruct")):
+        for m, path in ((256, "gemm"), (257, "reconstruct_n"), (511, "reconstruct_n"), (1024, "reconstruct_n"),
+                        (2048, "reconstruct_n"), (2049, "reconstruct"), (4096, "reconstruct"), (8192, "reconstruct")):
             for cl in (False, True):
                 assert cost_model(shape, m, 132, ACC, deterministic=True, cluster_splitk=cl).path == path, (ns, m, cl)
         assert cost_model(shape, 512, 132, ACC).path == "gemm"
         assert cost_model(shape, 1024, 132, ACC).path == "reconstruct"
+
+
+def test_pins_keep_deterministic_mode_free_of_atomics(monkeypatch):
+    """Review finding: CUDA_EXL3_PATH=wgmma over a deterministic cluster plan made wgmma(split=8), which reduces through
+    the atomic accumulator; a pinned split on a split-1 plan did the same. In deterministic mode a pinned gemm split
+    2..16 reduces in a cluster (where available), anything else falls back to split 1."""
+    from exl3_kernels import autotune
+
+    monkeypatch.setenv("CUDA_EXL3_DETERMINISTIC", "1")
+    det = Plan("gemm", 16, 8, cluster=True)
+    monkeypatch.setenv("CUDA_EXL3_PATH", "wgmma")
+    assert autotune._apply_pins(det, cluster_splitk=True) == Plan("wgmma", 256, 1)
+    monkeypatch.delenv("CUDA_EXL3_PATH")
+    monkeypatch.setenv("CUDA_EXL3_SPLIT", "4")
+    assert autotune._apply_pins(Plan("gemm", 16, 1), cluster_splitk=True) == Plan("gemm", 16, 4, cluster=True)
+    assert autotune._apply_pins(Plan("gemm", 16, 1), cluster_splitk=False) == Plan("gemm", 16, 1)
+    monkeypatch.setenv("CUDA_EXL3_SPLIT", "32")
+    assert autotune._apply_pins(Plan("gemm", 16, 1), cluster_splitk=True) == Plan("gemm", 16, 1)
+    monkeypatch.delenv("CUDA_EXL3_DETERMINISTIC")  # the timed mode keeps what was pinned
+    assert autotune._apply_pins(Plan("gemm", 16, 1), cluster_splitk=True) == Plan("gemm", 16, 32)
+
+
+def test_accumulator_rules_hold_for_the_whole_bucket():
+    """Review finding: a bucket first tuned at m = 130 (m x n fits) offered split-k that m = 200 of the same bucket (256)
+    could not hold, and the op refused the later call. The capacity rules use the bucket's largest m."""
+    acc = 16 << 20
+    head = LayerShape(4096, (128256,), (12,), 1)  # 130 x 128256 = 16.67 M fits, 256 x 128256 = 32.8 M does not
+    assert not splitk_allowed(head, 130, 2, acc)
+    assert not any(p.split > 1 for p in candidates(head, 130, 132, acc, cluster_splitk=True, fused_it=True)
+                   if p.path in ("gemm", "wgmma"))
+    assert cost_model(head, 130, 132, acc, deterministic=True, cluster_splitk=True).split == 1

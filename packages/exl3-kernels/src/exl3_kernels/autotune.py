@@ -70,11 +70,15 @@ def sm_count(device: torch.device) -> int:
     return _sm_count[i]
 
 
-def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...] = BM_TIERS) -> Plan:
+def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...] = BM_TIERS,
+                cluster_splitk: bool = False) -> Plan:
     """The plan with the env pins applied. CUDA_EXL3_LOHI=1 turns the lohi variant on wherever this layer has an
-    instance for the (pinned) plan (the gemm path at a BM in ``lohi_bm``: BM16, 3inst / mcg), =0 off everywhere.
-    CUDA_EXL3_PATH=wgmma keeps the plan's split with BM 256 (CUDA_EXL3_BM does not apply to it); pinning gemm over
-    a tuned wgmma plan takes the largest BM tier of the build (``built_bm``)."""
+    instance for the (pinned) plan (the gemm path at a BM in ``lohi_bm``: BM16, 3inst / mcg; a fused-input-transform
+    plan becomes the plain one), =0 off everywhere. CUDA_EXL3_PATH=wgmma keeps the plan's split with BM 256
+    (CUDA_EXL3_BM does not apply to it); pinning gemm over a tuned wgmma plan takes the largest BM tier of the build
+    (``built_bm``). A pinned BM other than 16 or a pinned split turns a fused plan into the plain GEMM. In deterministic
+    mode a pinned plan never uses atomics: a gemm split 2..16 reduces in a cluster where ``cluster_splitk`` (else split
+    1), a wgmma split becomes 1."""
     path, bm, split = env.get("PATH"), env.get_int("BM"), env.get_int("SPLIT")
     lohi = env.get("LOHI")
     if path:
@@ -91,7 +95,13 @@ def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...
     if split is not None:
         p = replace(p, split=split, cluster=p.cluster and 2 <= split <= CLUSTER_MAX_SPLIT, fused_it=False)
     if lohi:
-        p = replace(p, lohi=env.get_bool("LOHI") and p.path == "gemm" and p.bm in lohi_bm and not p.fused_it)
+        on = env.get_bool("LOHI") and p.path == "gemm" and p.bm in lohi_bm
+        p = replace(p, lohi=on, fused_it=p.fused_it and not on)
+    if env.get_bool("DETERMINISTIC") and p.split > 1 and (path or bm is not None or split is not None):
+        if p.path == "gemm" and cluster_splitk and p.split <= CLUSTER_MAX_SPLIT:
+            p = replace(p, cluster=True)
+        elif p.path in ("gemm", "wgmma"):
+            p = replace(p, split=1, cluster=False)
     return p
 
 
@@ -173,7 +183,7 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
             _log.debug("exl3 autotune %s m=%d: %s; finalists %s -> %s", shape, m,
                        ", ".join(f"{c} {1000.0 * t:.1f} us" for c, t in sorted(first.items(), key=lambda kv: kv[1])),
                        ", ".join(f"{c} {1000.0 * final[c]:.1f} us" for c in finalists), plan)
-    return _apply_pins(plan, lohi_bm, built_bm)
+    return _apply_pins(plan, lohi_bm, built_bm, cluster_splitk)
 
 
 def prime_smaller_buckets(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,

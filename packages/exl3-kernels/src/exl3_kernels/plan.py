@@ -90,7 +90,9 @@ def splitk_allowed(shape: LayerShape, m: int, split: int, acc_capacity: int, l2_
     if split <= 1:
         return True
     elems = m * shape.n_total
-    if elems > acc_capacity:
+    # the plan serves the whole m bucket, so the bucket's largest m must fit (a bucket tuned at m = 130 used to offer
+    # split-k that m = 200 of the same bucket could not hold; the op refuses such a call)
+    if m_bucket(m) * shape.n_total > acc_capacity:
         return False
     traffic = (split * 4 + 8) * elems
     if elems * 4 <= l2_bytes // 2:
@@ -151,10 +153,11 @@ def fused_it_slice(k: int, split: int) -> int:
 
 def cluster_acc_ok(shape: LayerShape, m: int, acc_capacity: int) -> bool:
     """Whether a split-k plan through a cluster may run: the cluster leaves the accumulator untouched, but the op checks
-    its size for every split > 1 (ops.cpp gemm_setup), so m x n must fit ``acc_capacity`` as on the atomic path. Found
+    its size for every split > 1 (ops.cpp gemm_setup), so m x n must fit ``acc_capacity`` as on the atomic path, for the
+    largest m of the bucket (the plan is cached per bucket). Found
     by the serving benchmark at 38941ac: vLLM's profile run put the lm_head (n = 128256) through a cluster plan at
     m = 256 (32.8 M elements against the 16.8 M of the default workspace) and the engine failed to start."""
-    return m * shape.n_total <= acc_capacity
+    return m_bucket(m) * shape.n_total <= acc_capacity  # every m of the bucket the plan will serve
 
 
 def cluster_splits(shape: LayerShape, m: int, bm: int, sm_count: int, acc_capacity: int) -> list[int]:
@@ -185,6 +188,8 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
       keeps the grid within one wave of resident blocks, at most CLUSTER_PLAN_MAX_SPLIT (no accumulator traffic, so no
       traffic rule; m x n must still fit the accumulator, :func:`cluster_acc_ok`), and the plan has ``cluster`` set.
     """
+    if deterministic:
+        m = m_bucket(m)  # the plan must not depend on which m of its bucket came first (same bits in every process)
     if deterministic and DET_RECON_N_MIN_M <= m < DET_RECON_MAX_M:
         return Plan("reconstruct_n")
     if m >= recon_min_m:

@@ -46,11 +46,14 @@ def test_gemm_x_bit_identical_to_input_transform_then_gemm(m, xdtype):
     trellis, suh, svh, bias = random_layer(4096, [256, 128], k2s[:2], seed=m + 1, bias=True)
     x = torch.randn(m, 4096, device="cuda", dtype=xdtype)
     acc = workspace.splitk_acc(x.device)
+    # a NaN accumulator for gemm_x: a silent fallback to the atomic path would turn y into NaN and leave acc changed
+    acc_nan = torch.full((m * 384,), float("nan"), device="cuda")
     xh = _ops.input_transform(x, suh)
     for split in (4, 8):  # slices of 1024 and 512 columns (split 2 would be 2048: above the limit)
-        y = _ops.gemm_x(x, trellis, suh, svh, bias, cb, split, acc, out, cluster=True)
+        y = _ops.gemm_x(x, trellis, suh, svh, bias, cb, split, acc_nan, out, cluster=True)
         y0 = _ops.gemm(xh, trellis, svh, bias, cb, 16, split, acc, out, cluster=True)
         assert torch.equal(y, y0), split
+    assert acc_nan.isnan().all()
     assert not acc.any()
 
 
@@ -128,3 +131,21 @@ def test_autotuner_offers_gemm_x_at_small_m(monkeypatch):
         timed = [c for t in autotune.cached_timings().values() for c in t["first"]]
         assert any(c.endswith(",it)") for c in timed) == expect, timed
         assert rel_err(y, reference_forward(x, trellis, suh, svh, bias, name)) < TOL[torch.float16]
+
+
+@pytest.mark.parametrize("k,split", [(640, 4), (4096, 6), (1024, 8)])
+def test_gemm_x_cluster_partial_and_empty_slices(k, split):
+    """Cluster splits whose k slices are partial or empty (k = 640, split 4: 256, 256, 128 and 0 columns; k = 4096,
+    split 6: five of 768 and one of 256; k = 1024, split 8: 128 each), m = 17 (two row blocks) with bf16 x: within the
+    bf16 tolerance of the reference, the (NaN) accumulator untouched, reruns bit-identical."""
+    _ready()
+    if not _cluster_ok():
+        pytest.skip("thread block clusters need compute capability 9.0+")
+    cb, name = _cb()
+    trellis, suh, svh, bias = random_layer(k, [256, 128], [8, 8], seed=k + split, bias=True)
+    x = torch.randn(17, k, device="cuda", dtype=torch.bfloat16)
+    acc_nan = torch.full((17 * 384,), float("nan"), device="cuda")
+    y = _ops.gemm_x(x, trellis, suh, svh, bias, cb, split, acc_nan, torch.bfloat16, cluster=True)
+    assert rel_err(y, reference_forward(x, trellis, suh, svh, bias, name)) < TOL[torch.bfloat16]
+    assert acc_nan.isnan().all()
+    assert torch.equal(y, _ops.gemm_x(x, trellis, suh, svh, bias, cb, split, acc_nan, torch.bfloat16, cluster=True))
