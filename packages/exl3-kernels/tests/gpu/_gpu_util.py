@@ -41,3 +41,18 @@ def reference_forward(x, trellis, suh, svh, bias, codebook: str, out_dtype=torch
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def capture_graph(fn):
+    """Warm fn up on a side stream (workspaces, autotuner), then capture one call of it into a CUDA graph.
+
+    Returns (graph, output tensor of the captured call); replaying the graph rewrites that tensor in place."""
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        out = fn()
+    return g, out

@@ -8,7 +8,7 @@ import torch
 
 from exl3_kernels import _ops, workspace
 
-from _gpu_util import compiled, reference_forward, random_layer, rel_err
+from _gpu_util import capture_graph, compiled, reference_forward, random_layer, rel_err
 
 TOL = {torch.float16: 1e-3, torch.bfloat16: 4e-3}
 
@@ -84,14 +84,7 @@ def test_cluster_splitk_graph_replay_equals_eager(n, split, monkeypatch):
     acc = workspace.splitk_acc(torch.device("cuda"))
     x = torch.randn(5, 2048, device="cuda", dtype=torch.float16)
     fn = lambda: _gemm(x, trellis, suh, svh, bias, cb, 16, split, torch.float16, acc)  # noqa: E731
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = fn()
+    g, out = capture_graph(fn)
     for seed in range(3):
         x.copy_(torch.randn(5, 2048, device="cuda", dtype=torch.float16, generator=torch.Generator("cuda").manual_seed(seed)))
         g.replay()

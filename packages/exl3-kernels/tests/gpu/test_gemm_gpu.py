@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from exl3_kernels import _ops, autotune, workspace
 from exl3_kernels.linear import Exl3Layer, exl3_linear
 
-from _gpu_util import compiled, reference_forward, random_layer, rel_err
+from _gpu_util import capture_graph, compiled, reference_forward, random_layer, rel_err
 
 CBS = {"3inst": 0, "mcg": 1, "mul1": 2}
 ALL_K2 = [2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16]
@@ -27,17 +27,7 @@ def _acc_is_zero():
         assert torch.count_nonzero(t).item() == 0, "split-k accumulator not re-zeroed"
 
 
-def _capture(fn):
-    """Warm fn up on a side stream (workspaces, autotuner), then capture it: (graph, output tensor of the graph)."""
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    with torch.cuda.graph(g):
-        out = fn()
-    return g, out
+_capture = capture_graph
 
 
 def _gemm(x, trellis, suh, svh, bias, cb, bm, split, dtype):

@@ -8,7 +8,7 @@ import torch
 
 from exl3_kernels import _ops, autotune, workspace
 
-from _gpu_util import compiled, random_layer, reference_forward, rel_err
+from _gpu_util import capture_graph, compiled, random_layer, reference_forward, rel_err
 
 TOL = {torch.float16: 1e-3, torch.bfloat16: 4e-3}
 
@@ -86,14 +86,7 @@ def test_gemm_x_strided_rows_and_graph_replay():
     assert torch.equal(y, _ops.gemm_x(x.contiguous(), trellis, suh, svh, bias, cb, 1, x, torch.bfloat16))
     xs = torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16)
     fn = lambda: _ops.gemm_x(xs, trellis, suh, svh, bias, cb, 1, xs, torch.bfloat16)  # noqa: E731
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = fn()
+    g, out = capture_graph(fn)
     for seed in range(3):
         xs.copy_(torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16,
                              generator=torch.Generator("cuda").manual_seed(seed)))
