@@ -355,8 +355,8 @@ def test_wgmma_candidates_on_by_default(monkeypatch):
 
 def test_deterministic_split_k_only_through_clusters():
     """Deterministic mode: split 1 without the cluster reduction; with it (cluster_splitk) a cluster plan whose grid
-    fills at most one wave of resident blocks, capped at the portable cluster size (8), where m x n fits the
-    accumulator (the op checks its size for any split > 1). 4096x11008 at m = 64 (BM64, 86 blocks, 396 resident): split 4, where the cost model with atomics
+    fills at most one wave of resident blocks, capped at the portable cluster size (8), whatever the accumulator's size
+    (a cluster never touches it). 4096x11008 at m = 64 (BM64, 86 blocks, 396 resident): split 4, where the cost model with atomics
     picks the two-wave split 9 (the deterministic cluster plan of 96288fb, 45.6 us against 33.2 at split 4)."""
     from exl3_kernels.plan import CLUSTER_PLAN_MAX_SPLIT
 
@@ -367,9 +367,8 @@ def test_deterministic_split_k_only_through_clusters():
         assert p.path == "gemm" and p.cluster and 2 <= p.split <= CLUSTER_PLAN_MAX_SPLIT, (ns, p)
         blocks = sum(ns) // 128
         assert blocks * p.split <= BLOCKS_PER_SM[16] * 132 < blocks * (p.split + 1) or p.split == 8, (ns, p)
-        # the op checks the accumulator's size even though a cluster leaves it untouched: no room, no split
-        assert cost_model(shape, 1, 132, sum(ns) - 1, deterministic=True, cluster_splitk=True) == Plan("gemm", 16, 1)
-        assert cost_model(shape, 1, 132, sum(ns), deterministic=True, cluster_splitk=True) == p
+        # a cluster leaves the accumulator untouched and the op does not check its size for one: no room, same plan
+        assert cost_model(shape, 1, 132, 0, deterministic=True, cluster_splitk=True) == p
         assert cost_model(shape, 1, 132, 0).split == 1  # the atomic path needs the accumulator too
     mid = LayerShape(4096, (11008,), (8,), 1)
     assert cost_model(mid, 64, 132, ACC).split == 9
@@ -480,22 +479,26 @@ def test_fused_it_pins(monkeypatch):
     assert autotune._key(shape, 1, torch.float16, torch.device("cpu"), False) != k1
 
 
-def test_no_cluster_plan_beyond_the_accumulator():
-    """Regression (serving benchmark at 38941ac): vLLM's profile run tuned the lm_head (k 4096, n 128256) at m = 256
-    and timed a cluster plan; the op refused it (m x n = 32.8 M > the 16.8 M-element workspace) and the engine did not
-    start. No cluster plan (timed, fused or deterministic) may exceed the accumulator's capacity."""
+def test_cluster_plans_need_no_accumulator():
+    """A cluster launch never touches the accumulator and the op does not check its size for one, so layers wider than
+    the workspace get cluster plans: the lm_head (k 4096, n 128256) at m = 256 (32.8 M outputs against the 16.8 M
+    elements of the default workspace; vLLM's profile run primes it, and before the op skipped the check that failed
+    the engine's start at 38941ac). Plans through the accumulator (split > 1 without ``cluster``) must still fit it."""
     acc = 16 << 20
     head = LayerShape(4096, (128256,), (12,), 1)
     for m in (1, 16, 32, 64, 128, 256):
-        plans = candidates(head, m, 132, acc, cluster_splitk=True, fused_it=True)
-        fits = m * 128256 <= acc
-        for p in plans:
-            if p.split > 1:
+        fits = m_bucket(m) * 128256 <= acc
+        for p in candidates(head, m, 132, acc, cluster_splitk=True, fused_it=True):
+            if p.split > 1 and not p.cluster:
                 assert fits, (m, p)
         det = cost_model(head, m, 132, acc, deterministic=True, cluster_splitk=True)
-        assert det.split == 1 or fits, (m, det)
-    assert any(p.cluster for p in candidates(head, 64, 132, acc, cluster_splitk=True))  # 8.2 M: fits
-    assert not any(p.cluster for p in candidates(head, 256, 132, acc, cluster_splitk=True))
+        assert det.split == 1 or det.cluster, (m, det)
+    assert any(p.cluster for p in candidates(head, 256, 132, acc, cluster_splitk=True))
+    assert not any(p.split > 1 and not p.cluster for p in candidates(head, 256, 132, acc, cluster_splitk=True))
+    # deterministic mode's cluster split does not depend on the workspace: 4096x4096 at m = 1 (32 BM16 blocks) with
+    # room for only 1024 outputs still gets split 8 through a cluster (it ran split 1 when the op checked the size)
+    sq = LayerShape(4096, (4096,), (4,), 1)
+    assert cost_model(sq, 1, 132, 1 << 10, deterministic=True, cluster_splitk=True) == Plan("gemm", 16, 8, cluster=True)
 
 
 def test_deterministic_mode_dense_path_by_m():
@@ -538,6 +541,28 @@ def test_accumulator_rules_hold_for_the_whole_bucket():
     acc = 16 << 20
     head = LayerShape(4096, (128256,), (12,), 1)  # 130 x 128256 = 16.67 M fits, 256 x 128256 = 32.8 M does not
     assert not splitk_allowed(head, 130, 2, acc)
-    assert not any(p.split > 1 for p in candidates(head, 130, 132, acc, cluster_splitk=True, fused_it=True)
-                   if p.path in ("gemm", "wgmma"))
-    assert cost_model(head, 130, 132, acc, deterministic=True, cluster_splitk=True).split == 1
+    assert not any(p.split > 1 and not p.cluster
+                   for p in candidates(head, 130, 132, acc, cluster_splitk=True, fused_it=True) if p.path in ("gemm", "wgmma"))
+
+
+def test_deterministic_mode_wgmma_rule():
+    """Deterministic mode takes the wgmma GEMM at split 1 for the buckets 128 and 256 where the device has it and the
+    layer has at least half an output tile per SM (plan.DET_WGMMA_MIN_TILES_PER_SM; the fastest deterministic candidate
+    on 4096x11008 and 5120x12288 in gemm-38941ac-k4.json); narrower layers, other buckets and the timed mode's fallback
+    are unchanged."""
+    wide = [LayerShape(4096, (11008,), (8,), 1), LayerShape(5120, (12288,), (8,), 1), LayerShape(4096, (128256,), (12,), 1)]
+    narrow = [LayerShape(17408, (5120,), (8,), 1), LayerShape(4096, (4096,), (8,), 1),
+              LayerShape(4096, (4096, 1024, 1024), (8, 10, 10), 1)]
+    for shape in wide:
+        for m in (65, 128, 129, 256):
+            assert cost_model(shape, m, 132, ACC, deterministic=True, cluster_splitk=True, wgmma=True) == \
+                Plan("wgmma", 256, 1), (shape, m)
+            assert cost_model(shape, m, 132, ACC, deterministic=True, cluster_splitk=True).path == "gemm"
+            assert cost_model(shape, m, 132, ACC, wgmma=True).path == "gemm"  # timed mode's fallback
+        for m in (64, 257, 512):
+            assert cost_model(shape, m, 132, ACC, deterministic=True, wgmma=True).path != "wgmma", (shape, m)
+    for shape in narrow:
+        assert cost_model(shape, 256, 132, ACC, deterministic=True, wgmma=True).path == "gemm", shape
+    # the threshold: 66 tiles on 132 SMs qualify, 65 do not
+    assert cost_model(LayerShape(4096, (66 * 128,), (8,), 1), 200, 132, ACC, deterministic=True, wgmma=True).path == "wgmma"
+    assert cost_model(LayerShape(4096, (65 * 128,), (8,), 1), 200, 132, ACC, deterministic=True, wgmma=True).path == "gemm"

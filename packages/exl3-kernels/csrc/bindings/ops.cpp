@@ -158,13 +158,16 @@ Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::opt
   return xh;
 }
 
-// Validation and launch parameters shared by gemm and gemm_wgmma: fills p (shards, xh per shard, bias, split, acc) and
-// returns the output y. `bm` is the block's row tile (for the PDL grid rule); `op` names the op in messages.
+// Validation and launch parameters shared by gemm and gemm_wgmma: fills p (shards, xh per shard, bias, split, acc,
+// cluster) and returns the output y. `bm` is the block's row tile (for the PDL grid rule); `op` names the op in messages.
+// `cluster` asks for the split-k reduction inside a thread block cluster (gemm_kernel.cuh): taken for split 2..16 on
+// compute capability 9.0+ (16 is sm_90's non-portable cluster limit); such a launch never touches `acc`, so its size is
+// not checked (the lm_head, n = 128256, at m = 256 needs 32.8 M fp32 outputs, twice the default workspace).
 // `xh` is [S, m, k] fp16 (or [S, m, 2k] with lohi); with `x_raw` (fused input transform) it is x itself, [m, k] fp16 or
 // bf16, and `suh` gives the shards' input scales.
 Tensor gemm_setup(exl3::GemmParams& p, const char* op, const Tensor& xh, const std::vector<Tensor>& trellis,
                   const std::vector<Tensor>& svh, const std::optional<Tensor>& bias, int64_t codebook, int64_t bm,
-                  int64_t split, const Tensor& acc, at::ScalarType out_dtype, bool pdl, bool lohi,
+                  int64_t split, const Tensor& acc, at::ScalarType out_dtype, bool pdl, bool lohi, bool cluster,
                   bool x_raw = false, const std::vector<Tensor>* suh = nullptr) {
   if (x_raw) {
     TORCH_CHECK(xh.is_cuda() && xh.dim() == 2 && (xh.scalar_type() == at::kHalf || xh.scalar_type() == at::kBFloat16),
@@ -217,7 +220,8 @@ Tensor gemm_setup(exl3::GemmParams& p, const char* op, const Tensor& xh, const s
               16 * exl3::kFusedMaxK16, " columns (its shared memory), got ", 16 * per, " (k = ", k, ", split = ", split, ")");
   p.split = static_cast<int>(split);
   p.k16_per_split = static_cast<int>(per);
-  if (split > 1) {
+  p.cluster = cluster && split > 1 && split <= 16 && device_has_pdl(xh.device()) ? 1 : 0;  // = compute capability 9.0+
+  if (split > 1 && !p.cluster) {
     TORCH_CHECK(acc.scalar_type() == at::kFloat && acc.is_contiguous() && acc.device() == xh.device() && acc.numel() >= m * n_total,
                 "exl3_kernels.", op, ": split-k needs a zeroed fp32 accumulator of at least ", m * n_total, " elements on ", xh.device(),
                 ", got ", acc.scalar_type(), " with ", acc.numel());
@@ -243,10 +247,8 @@ Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vec
               "exl3_kernels.gemm: no kernel instance for codebook ", codebook, ", BM ", bm, lohi ? " and lohi" : "",
               " in this build (see built_instances())");
   exl3::GemmParams p{};
-  Tensor y = gemm_setup(p, "gemm", xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, lohi);
-  // Split-k through a thread block cluster (gemm_kernel.cuh) where asked for and possible: split 2..16 (16 is
-  // sm_90's non-portable cluster limit) on compute capability 9.0+; otherwise the accumulator + epilogue kernel.
-  p.cluster = cluster && p.split > 1 && p.split <= 16 && device_has_pdl(xh.device()) ? 1 : 0;  // = compute capability 9.0+
+  // split-k through a thread block cluster where asked for and possible (gemm_setup), else the accumulator + epilogue
+  Tensor y = gemm_setup(p, "gemm", xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, lohi, cluster);
   c10::cuda::CUDAGuard guard(xh.device());
   if (p.m > 0)
     check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), static_cast<int>(bm), lohi,
@@ -262,8 +264,7 @@ Tensor gemm_x(const Tensor& x, const std::vector<Tensor>& trellis, const std::ve
   TORCH_CHECK(exl3::gemm_instance_built(static_cast<int>(codebook), 16, false),
               "exl3_kernels.gemm_x: no BM16 kernel instance for codebook ", codebook, " in this build (see built_instances())");
   exl3::GemmParams p{};
-  Tensor y = gemm_setup(p, "gemm_x", x, trellis, svh, bias, codebook, 16, split, acc, out_dtype, pdl, false, true, &suh);
-  p.cluster = cluster && p.split > 1 && p.split <= 16 && device_has_pdl(x.device()) ? 1 : 0;  // as in gemm
+  Tensor y = gemm_setup(p, "gemm_x", x, trellis, svh, bias, codebook, 16, split, acc, out_dtype, pdl, false, cluster, true, &suh);
   c10::cuda::CUDAGuard guard(x.device());
   if (p.m > 0)
     check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), 16, false,
@@ -299,7 +300,7 @@ Tensor gemm_wgmma(const Tensor& xh, const std::vector<Tensor>& trellis, const st
   TORCH_CHECK(cc.first == 9 && cc.second == 0, "exl3_kernels.gemm_wgmma: needs a compute capability 9.0 GPU (sm_90a "
               "code), ", xh.device(), " is ", cc.first, ".", cc.second);
   exl3::GemmParams p{};
-  Tensor y = gemm_setup(p, "gemm_wgmma", xh, trellis, svh, bias, codebook, 256, split, acc, out_dtype, pdl, false);
+  Tensor y = gemm_setup(p, "gemm_wgmma", xh, trellis, svh, bias, codebook, 256, split, acc, out_dtype, pdl, false, false);
   TORCH_CHECK(p.k % 64 == 0, "exl3_kernels.gemm_wgmma: k = ", p.k, " must be a multiple of 64 (one pipeline stage)");
   c10::cuda::CUDAGuard guard(xh.device());
   if (p.m > 0)

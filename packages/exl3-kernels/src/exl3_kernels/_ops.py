@@ -175,8 +175,8 @@ def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor],
 
     ``cluster``: None = CUDA_EXL3_CLUSTER (read here, at every call); True / False override it. With it a split-k
     GEMM on sm_90+ (split 2..16) reduces its partial sums inside one thread block cluster
-    (csrc/gemm/gemm_kernel.cuh, "Split-k in a cluster"): ``acc`` is then not touched, no epilogue kernel runs, and
-    reruns are bit-identical. Libraries built before the option ignore the variable; ``cluster=True`` with such a
+    (csrc/gemm/gemm_kernel.cuh, "Split-k in a cluster"): ``acc`` is then not touched (and its size not checked: any
+    fp32 CUDA tensor will do), no epilogue kernel runs, and reruns are bit-identical. Libraries built before the option ignore the variable; ``cluster=True`` with such a
     library raises RuntimeError.
     """
     pdl = env.get_bool("PDL", True)

@@ -148,7 +148,7 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
            wgmma: bool = False, cluster_splitk: bool = False, fused_it: bool = False) -> Plan:
     """Plan for this call. ``run(plan)`` executes the layer with a plan (used only when timing). ``wgmma``: the
     Hopper wgmma GEMM may be timed (built for this codebook, device of compute capability 9.0); the cost model
-    never picks it, so under capture it is used only where an earlier timing chose it. ``cluster_splitk``: the
+    picks it only in deterministic mode (plan.DET_WGMMA_MIN_TILES_PER_SM), so otherwise, under capture, it runs only where an earlier timing chose it. ``cluster_splitk``: the
     device and library can reduce split-k inside a thread block cluster (:func:`_ops.cluster_splitk_available`),
     which lets deterministic mode use split-k (:func:`plan.cost_model`) and, with CUDA_EXL3_CLUSTER unset, adds the
     cluster plans to the timed candidates (:func:`plan.candidates`). ``fused_it``: the library has the GEMM with the
@@ -159,7 +159,7 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
     plan = _cache.get(key)
     if plan is None:
         base = cost_model(shape, m, sm_count(device), acc_capacity, recon_min_m, built_bm, deterministic,
-                          cluster_splitk)
+                          cluster_splitk, wgmma)
         if (deterministic or not env.get_bool("AUTOTUNE", True) or torch.cuda.is_current_stream_capturing()):
             plan = base
             if not torch.cuda.is_current_stream_capturing():

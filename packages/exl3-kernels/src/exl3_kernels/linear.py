@@ -192,7 +192,7 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
         acc = workspace.splitk_acc(x2.device) if plan.split > 1 else xh
         return _ops.gemm_wgmma(xh, trellis, svh, bias32, codebook, plan.split, acc, x2.dtype)
     if plan.fused_it:  # one kernel (two with split-k through the accumulator): no input transform node
-        acc = workspace.splitk_acc(x2.device) if plan.split > 1 else x2  # checked by the op even when a cluster reduces
+        acc = workspace.splitk_acc(x2.device) if plan.split > 1 else x2  # not touched (nor size-checked) by a cluster
         return _ops.gemm_x(x2, trellis, suh, svh, bias32, codebook, plan.split, acc, x2.dtype,
                            True if plan.cluster else None)
     xh = _ops.input_transform(x2, suh, lohi=plan.lohi)

@@ -134,6 +134,13 @@ CLUSTER_PLAN_MAX_SPLIT = 8
 # 67 us), so m = 256 keeps the GEMM.
 DET_RECON_N_MIN_M = 512
 DET_RECON_MAX_M = 4096
+# Below that, from m = WGMMA_MIN_M (buckets 128 and 256), deterministic mode takes the wgmma GEMM at split 1 (no atomics:
+# its register epilogue writes y) where the device has it and the layer has at least DET_WGMMA_MIN_TILES_PER_SM
+# 128-column tiles per SM: in the same timings it was the fastest deterministic candidate on 4096x11008 (86 tiles for
+# 132 SMs; m = 128 55.8 us, m = 256 70.3, against 61.5 / 96.4 for the best cluster GEMM and 115.1 for the BM128 split 1
+# the cost model ran at 256) and 5120x12288 (96 tiles; 66.9 / 86.7 against 76.5 / 118.2), and slower on the narrower
+# 17408x5120 (40 tiles), 4096x4096 (32) and qkv 4096x6144 (48: 78.5 against 72.4 at m = 256).
+DET_WGMMA_MIN_TILES_PER_SM = 0.5
 # The autotuner times cluster plans for m in [CLUSTER_MIN_M, CLUSTER_MAX_M]: below, the cluster was slower at every
 # point measured (m = 1-16, all five shapes, two rounds: +0.5-3 us); above, split-k plans are rarely chosen.
 CLUSTER_MIN_M = 32
@@ -151,21 +158,12 @@ def fused_it_slice(k: int, split: int) -> int:
     return -(-per16 // 8) * 8 * 16
 
 
-def cluster_acc_ok(shape: LayerShape, m: int, acc_capacity: int) -> bool:
-    """Whether a split-k plan through a cluster may run: the cluster leaves the accumulator untouched, but the op checks
-    its size for every split > 1 (ops.cpp gemm_setup), so m x n must fit ``acc_capacity`` as on the atomic path, for the
-    largest m of the bucket (the plan is cached per bucket). Found
-    by the serving benchmark at 38941ac: vLLM's profile run put the lm_head (n = 128256) through a cluster plan at
-    m = 256 (32.8 M elements against the 16.8 M of the default workspace) and the engine failed to start."""
-    return m_bucket(m) * shape.n_total <= acc_capacity  # every m of the bucket the plan will serve
-
-
 def cluster_splits(shape: LayerShape, m: int, bm: int, sm_count: int, acc_capacity: int) -> list[int]:
     """Split-k factors worth timing with the cluster reduction: 2, 4, 8 and the largest split whose grid fits one
     wave of resident blocks, each within CLUSTER_PLAN_MAX_SPLIT and :func:`max_split` (no accumulator traffic, so no
-    traffic rule); none where :func:`cluster_acc_ok` fails."""
-    if not cluster_acc_ok(shape, m, acc_capacity):
-        return []
+    traffic rule, and no accumulator: the op does not check its size for a cluster launch, so layers wider than the
+    workspace, such as the lm_head at m = 256, get cluster plans too; ``acc_capacity`` is unused and kept for the
+    callers' uniform signature)."""
     blocks = (shape.n_total // 128) * math.ceil(m / bm)
     cap = BLOCKS_PER_SM.get(bm, 2) * sm_count
     top = min(CLUSTER_PLAN_MAX_SPLIT, max_split(shape))
@@ -174,24 +172,29 @@ def cluster_splits(shape: LayerShape, m: int, bm: int, sm_count: int, acc_capaci
 
 def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, recon_min_m: int = 1024,
                built_bm: tuple[int, ...] = BM_TIERS, deterministic: bool = False,
-               cluster_splitk: bool = False) -> Plan:
+               cluster_splitk: bool = False, wgmma: bool = False) -> Plan:
     """Heuristic plan without timing.
 
     - m >= ``recon_min_m``: reconstruct (the GEMM decodes the trellis once per BM rows; cuBLAS wins once
       the decode is amortised over enough rows). In deterministic mode reconstruct_n from DET_RECON_N_MIN_M (512) to
-      below DET_RECON_MAX_M (4096), measured faster there (see the constants).
+      below DET_RECON_MAX_M (4096), measured faster there (see the constants); with ``wgmma`` (the Hopper GEMM usable
+      for this layer) the wgmma GEMM at split 1 for the buckets 128 and 256 of layers with at least
+      DET_WGMMA_MIN_TILES_PER_SM output tiles per SM.
     - else the smallest BM tier covering m (capped at the largest), and, when the grid does not fill one
       wave of resident blocks, the split-k with the best wave efficiency among the whole-wave fits
       (:func:`wave_splits`), within :func:`splitk_allowed` and :func:`max_split`.
     - ``deterministic``: no split-k (no atomics), unless ``cluster_splitk``: the split-k GEMM then reduces inside a
       thread block cluster in a fixed order (sm_90+), bit-identical from run to run; the split is the largest that
       keeps the grid within one wave of resident blocks, at most CLUSTER_PLAN_MAX_SPLIT (no accumulator traffic, so no
-      traffic rule; m x n must still fit the accumulator, :func:`cluster_acc_ok`), and the plan has ``cluster`` set.
+      traffic rule and no accumulator, so no capacity rule either), and the plan has ``cluster`` set.
     """
     if deterministic:
         m = m_bucket(m)  # the plan must not depend on which m of its bucket came first (same bits in every process)
     if deterministic and DET_RECON_N_MIN_M <= m < DET_RECON_MAX_M:
         return Plan("reconstruct_n")
+    if (deterministic and wgmma and WGMMA_MIN_M <= m < DET_RECON_N_MIN_M
+            and shape.n_total // 128 >= DET_WGMMA_MIN_TILES_PER_SM * sm_count):
+        return Plan("wgmma", WGMMA_BM, 1)
     if m >= recon_min_m:
         return Plan("reconstruct")
     bm = pick_bm(m, built_bm)
@@ -200,8 +203,6 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
     split = 1
     if deterministic and cluster_splitk:
         split = min(CLUSTER_PLAN_MAX_SPLIT, max_split(shape), cap // blocks)
-        if not cluster_acc_ok(shape, m, acc_capacity):
-            split = 1
         return Plan("gemm", bm, split, cluster=True) if split >= 2 else Plan("gemm", bm, 1)
     allowed = lambda s: splitk_allowed(shape, m, s, acc_capacity)  # noqa: E731
     if not deterministic and blocks < cap:
@@ -227,7 +228,7 @@ def fused_it_plans(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, 
     if not atomic:
         atomic = [s for s in fit if splitk_allowed(shape, m, s, acc_capacity)][:1]
     out = [Plan("gemm", 16, s, fused_it=True) for s in atomic]
-    if cluster_splitk and cluster_acc_ok(shape, m, acc_capacity):
+    if cluster_splitk:
         cl = [s for s in cluster_splits(shape, m, 16, sm_count, acc_capacity) if s in fit]
         if not cl:
             cl = [s for s in fit if 2 <= s <= CLUSTER_PLAN_MAX_SPLIT][:1]

@@ -54,6 +54,30 @@ def test_cluster_splitk_vs_reference_and_acc_unused(m, split, monkeypatch):
             assert torch.isnan(sentinel).all(), (bm, split, "the accumulator was written")
 
 
+def test_cluster_launch_takes_any_accumulator():
+    """A cluster launch neither reads nor writes the accumulator, so the op does not check its size: a 4-element
+    tensor serves a 100 x 384 output at split 4 and gives the same bits as a full-size one. The accumulator path
+    still refuses it, naming the size it needs."""
+    _cluster_ready()
+    cb = 1 if compiled(1, 8) else 2
+    trellis, suh, svh, bias = random_layer(1024, [384], [8], seed=5, bias=True)
+    x = torch.randn(100, 1024, device="cuda", dtype=torch.float16)
+    xh = _ops.input_transform(x, suh)
+    tiny = torch.zeros(4, device="cuda")
+    full = torch.zeros(100 * 384, device="cuda")
+    y_tiny = _ops.gemm(xh, trellis, svh, bias, cb, 32, 4, tiny, torch.float16, cluster=True)
+    y_full = _ops.gemm(xh, trellis, svh, bias, cb, 32, 4, full, torch.float16, cluster=True)
+    assert torch.equal(y_tiny, y_full)
+    assert not tiny.any() and not full.any()
+    ref = reference_forward(x, trellis, suh, svh, bias, ["3inst", "mcg", "mul1"][cb])
+    assert rel_err(y_tiny, ref) < TOL[torch.float16]
+    if _ops.gemm_x_built():
+        yx = _ops.gemm_x(x, trellis, suh, svh, bias, cb, 4, tiny, torch.float16, cluster=True)
+        assert rel_err(yx, ref) < TOL[torch.float16]
+    with pytest.raises(RuntimeError, match="38400 elements"):
+        _ops.gemm(xh, trellis, svh, bias, cb, 32, 4, tiny, torch.float16, cluster=False)
+
+
 @pytest.mark.parametrize("split", [4, 16])
 def test_cluster_splitk_bit_identical_and_close_to_atomics(split, monkeypatch):
     """The cluster sums the split partials in a fixed order: reruns are bit-identical. The accumulator path
@@ -117,9 +141,10 @@ def test_autotuner_times_cluster_plans_and_runs_the_winner(monkeypatch):
 
 
 def test_layer_wider_than_the_accumulator_runs(monkeypatch):
-    """Regression (serving at 38941ac: the lm_head at m = 256 failed in vLLM's profile run). With a 1 MiB split-k
-    workspace (262144 elements), a 1024 x 2048 layer at m = 256 (524288 outputs) must run: the autotuner may not
-    time a cluster plan the op would refuse; at m = 64 (131072) cluster plans are still timed."""
+    """Regression (serving at 38941ac: the lm_head at m = 256 failed in vLLM's profile run, the op refused a cluster
+    plan for the accumulator's size). With a 1 MiB split-k workspace (262144 elements), a 1024 x 2048 layer at m = 256
+    (524288 outputs) must run, with cluster plans timed (a cluster launch does not need the accumulator) and no
+    split-k plan through the accumulator; at m = 64 (131072 outputs) both kinds are timed."""
     _cluster_ready()
     from exl3_kernels import autotune
     from exl3_kernels.linear import Exl3Layer, exl3_linear
@@ -133,14 +158,17 @@ def test_layer_wider_than_the_accumulator_runs(monkeypatch):
         cb = "mcg" if compiled(1, 8) else "mul1"
         trellis, suh, svh, bias = random_layer(1024, [2048], [8], seed=11, bias=True)
         layer = Exl3Layer(trellis, suh, svh, cb, bias)
-        for m, cluster_timed in ((256, False), (64, True)):
+        for m, atomic_timed in ((256, False), (64, True)):
             autotune.clear()
             x = torch.randn(m, 1024, device="cuda", dtype=torch.float16)
             y = exl3_linear(x, layer)
-            # this bucket's candidates only (the first call also primes the smaller buckets, whose m x n fits)
+            # this bucket's candidates only (the first call also primes the smaller buckets)
             timed = [c for key, t in autotune.cached_timings().items() if key[1] == m for c in t["first"]]
-            assert timed and any(",cluster" in c for c in timed) == cluster_timed, (m, timed)
+            split_k = [c for c in timed if "split=" in c and "split=1," not in c and "split=1)" not in c]
+            assert any(",cluster" in c for c in split_k), (m, timed)
+            assert any(",cluster" not in c for c in split_k) == atomic_timed, (m, timed)
             assert rel_err(y, reference_forward(x, trellis, suh, svh, bias, cb)) < TOL[torch.float16]
+            assert not workspace.splitk_acc(x.device).any()
     finally:
         workspace.reset()
         autotune.clear()

@@ -338,6 +338,36 @@ def test_deterministic_mode_bit_identical(monkeypatch):
         assert all(p.path == "reconstruct" or p.split == 1 for p in plans), plans
 
 
+def test_deterministic_mode_wgmma_on_wide_layers(monkeypatch):
+    """Deterministic mode at m = 129..256 on a layer with >= 0.5 output tiles per SM (plan.DET_WGMMA_MIN_TILES_PER_SM):
+    the wgmma GEMM at split 1 where the device has it (no atomics), bit-identical reruns, within the GEMM tolerance of
+    the reference; a narrow layer keeps the mma.sync GEMM."""
+    from exl3_kernels.linear import wgmma_offered
+    from exl3_kernels.plan import Plan
+
+    monkeypatch.setenv("CUDA_EXL3_DETERMINISTIC", "1")
+    monkeypatch.delenv("CUDA_EXL3_PATH", raising=False)
+    autotune.clear()
+    cb = "mcg" if compiled(1, 8) else "mul1"
+    n = 128 * ((torch.cuda.get_device_properties(0).multi_processor_count + 1) // 2)  # half a tile per SM
+    trellis, suh, svh, bias = random_layer(1024, [n], [8], seed=9, bias=True)
+    layer = Exl3Layer(trellis, suh, svh, cb, bias)
+    x = torch.randn(200, 1024, device="cuda", dtype=torch.float16)
+    ys = [exl3_linear(x, layer) for _ in range(3)]
+    assert all(torch.equal(ys[0], y) for y in ys[1:])
+    assert rel_err(ys[0], reference_forward(x, trellis, suh, svh, bias, cb)) < TOL[torch.float16]
+    plans = list(autotune.cached_plans().values())
+    if wgmma_offered(x.device, CBS[cb]):
+        assert plans == [Plan("wgmma", 256, 1)], plans
+    else:
+        assert all(p.path == "gemm" for p in plans), plans
+    t2, u2, v2, b2 = random_layer(1024, [n - 256], [8], seed=10, bias=True)
+    narrow = Exl3Layer(t2, u2, v2, cb, b2)
+    autotune.clear()
+    exl3_linear(x, narrow)
+    assert all(p.path == "gemm" for p in autotune.cached_plans().values()), autotune.cached_plans()
+
+
 def test_bad_input_errors():
     trellis, suh, svh, _ = random_layer(256, [128], [8])
     x = torch.randn(4, 256, device="cuda", dtype=torch.float16)
