@@ -90,6 +90,27 @@ def test_input_transform_lohi_layout(x_dtype):
         _ops.input_transform(x, suh, torch.bfloat16, lohi=True)
 
 
+@pytest.mark.parametrize("x_dtype", [torch.float16, torch.bfloat16])
+def test_input_transform_four_rows_per_warp(x_dtype):
+    """From m * k / 128 >= 16384 the input transform runs 4 rows per warp (input.cu, kItMultiRowWarps); the rows are
+    computed as in the one-row launch, so every row equals, bit for bit, the same row transformed alone (m = 1, one
+    row per warp), for every output layout (fp16, bf16, lohi), with m = 515 leaving the last warp 3 rows; and within
+    fp16 noise of the reference."""
+    from exl3_kernels import reference
+
+    trellis, suh, svh, _ = random_layer(4096, [128, 128], [8, 8], seed=17)
+    x = torch.randn(515, 4096, device="cuda", dtype=x_dtype) * 3
+    rows = (0, 1, 2, 3, 4, 255, 511, 512, 513, 514)
+    for kw in ({}, {"out_dtype": torch.bfloat16}, {"lohi": True}):
+        big = _ops.input_transform(x, suh, **kw)
+        assert torch.isfinite(big.float()).all()
+        for r in rows:
+            assert torch.equal(big[:, r], _ops.input_transform(x[r:r + 1], suh, **kw)[:, 0]), (kw, r)
+    h = _ops.input_transform(x, suh)
+    for s, su in enumerate(suh):
+        torch.testing.assert_close(h[s].float(), reference.input_transform(x, su, None).float(), rtol=2.0 ** -9, atol=1e-4)
+
+
 @pytest.mark.parametrize("k2", [2, 4, 6, 8, 10, 12, 14, 16])
 def test_lohi_gemm_every_k(k2):
     """The lohi GEMM (the tensor core adds the two fp16 halves of each decoded weight) against the reference, every
