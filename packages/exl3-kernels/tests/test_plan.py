@@ -126,6 +126,54 @@ def test_autotune_retimes_close_candidates_and_picks_the_fastest_finalist(monkey
     autotune.clear()
 
 
+def test_kernel_count_per_plan():
+    """Kernels per call: input transform (unless fused) + GEMM + split-k epilogue (through the accumulator only)."""
+    from exl3_kernels.autotune import kernel_count
+
+    assert kernel_count(Plan("gemm", 16, 1)) == 2
+    assert kernel_count(Plan("gemm", 16, 16)) == 3
+    assert kernel_count(Plan("gemm", 16, 8, cluster=True)) == 2
+    assert kernel_count(Plan("gemm", 16, 8, fused_it=True)) == 2
+    assert kernel_count(Plan("gemm", 16, 4, cluster=True, fused_it=True)) == 1
+    assert kernel_count(Plan("gemm", 16, 1, fused_it=True)) == 1
+    assert kernel_count(Plan("wgmma", 256, 1)) == 2 and kernel_count(Plan("wgmma", 256, 3)) == 3
+    assert [kernel_count(Plan(p)) for p in ("reconstruct", "reconstruct_n", "reconstruct_act")] == [2, 3, 4]
+
+
+@pytest.mark.parametrize("fused_us, expect_fused", [(13.6, True), (13.8, True), (13.9, False), (14.0, False)])
+def test_autotune_prefers_fewer_kernels_within_the_node_tie(monkeypatch, fused_us, expect_fused):
+    """A finalist with fewer kernels wins when its finalist time is within NODE_TIE_US (0.5 us) of the fastest:
+    4096x4096 m = 4 timed gemm(bm=16,split=16) 13.3 us and gemm(bm=16,split=8,it) 13.6 us eagerly, and replays them
+    at 11.7 and 10.0 us. Beyond the tie the fastest stays; among several within it, the fewest kernels."""
+    from exl3_kernels import autotune
+    from exl3_kernels.plan import LayerShape
+
+    for v in ("DETERMINISTIC", "AUTOTUNE", "PATH", "BM", "SPLIT", "LOHI"):
+        monkeypatch.delenv("CUDA_EXL3_" + v, raising=False)
+    monkeypatch.setattr(autotune.torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(autotune, "sm_count", lambda device: 132)
+    plain, fused, one = Plan("gemm", 16, 16), Plan("gemm", 16, 8, fused_it=True), Plan("gemm", 16, 4, cluster=True, fused_it=True)
+    plans = [plain, fused, one]
+    monkeypatch.setattr(autotune, "candidates", lambda *a, **k: list(plans))
+    monkeypatch.setattr(autotune, "cost_model", lambda *a, **k: plain)
+    times = {plain: 13.3e-3, fused: fused_us * 1e-3, one: 14.5e-3}  # ms; `one` is 1.2 us slower: outside the tie
+    last: list[Plan] = []
+
+    def fake_time(fn, device, reps=5):
+        fn()
+        return times[last[-1]]
+
+    monkeypatch.setattr(autotune, "_time", fake_time)
+    autotune.clear()
+    shape = LayerShape(4096, (4096,), (8,), 1)
+    chosen = autotune.choose(shape, 4, torch.float16, torch.device("cpu"), ACC, (16, 32, 64, 128), last.append)
+    assert chosen == (fused if expect_fused else plain)
+    times[one] = 13.7e-3  # now the one-kernel plan is within the tie too: it wins over both
+    autotune.clear()
+    assert autotune.choose(shape, 4, torch.float16, torch.device("cpu"), ACC, (16, 32, 64, 128), last.append) == one
+    autotune.clear()
+
+
 def test_autotune_prime_tunes_every_smaller_bucket_on_the_first_rows(monkeypatch):
     """A first call at m = 3000 (bucket 4096) tunes buckets 2048, 1024, ..., 1 on the first b rows, skips the
     buckets already cached, and does nothing under CUDA_EXL3_AUTOTUNE_PRIME=0 or in deterministic mode."""

@@ -441,7 +441,7 @@ void reconstruct_t_out(Tensor& out, const std::vector<Tensor>& trellis, const st
 // W_n[:, col_begin:col_end] = Ŵ H_n diag(svh) / sqrt(128) as fp16 or bf16 [k, col_end - col_begin] into `out`:
 // the weight of the reconstruct_n path (output transform folded in; the input transform stays on the activations).
 void reconstruct_n_out(Tensor& out, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh, int64_t codebook,
-                       int64_t col_begin, int64_t col_end) {
+                       int64_t col_begin, int64_t col_end, bool pdl) {
   exl3::ReconstructParams p{};
   const int64_t k = reconstruct_setup(p, "reconstruct_n_out", trellis, svh, codebook, col_begin, col_end);
   const Tensor& ref = trellis[0];
@@ -454,6 +454,7 @@ void reconstruct_n_out(Tensor& out, const std::vector<Tensor>& trellis, const st
   check_aligned(out, 8, "reconstruct_n_out", "out");  // 8-byte stores (4 columns)
   p.w = out.data_ptr();
   p.w_bf16 = dtype == at::kBFloat16;
+  p.pdl = pdl && device_has_pdl(ref.device()) ? 1 : 0;
   check_cuda(exl3::launch_reconstruct_n(p, static_cast<int>(codebook), c10::cuda::getCurrentCUDAStream(ref.device().index()).stream()),
              "reconstruct_n launch");
 }
@@ -516,7 +517,10 @@ TORCH_LIBRARY(exl3_kernels, m) {
         "ScalarType dtype, bool transform) -> Tensor");
   m.def("reconstruct_out(Tensor(a!) out, Tensor[] trellis, Tensor[] suh, Tensor[] svh, int codebook, int col_begin, "
         "int col_end, bool transform) -> ()");
-  m.def("reconstruct_n_out(Tensor(a!) out, Tensor[] trellis, Tensor[] svh, int codebook, int col_begin, int col_end) -> ()");
+  // `pdl`: programmatic dependent launch (sm_90+): the kernel may start while the kernel before it on the stream runs
+  // (it reads only the weights) and waits for that kernel at its end (reconstruct_n.cu).
+  m.def("reconstruct_n_out(Tensor(a!) out, Tensor[] trellis, Tensor[] svh, int codebook, int col_begin, int col_end, "
+        "bool pdl=False) -> ()");
   m.def("reconstruct_t_out(Tensor(a!) out, Tensor[] trellis, Tensor[] svh, int codebook, int col_begin, int col_end) -> ()");
   m.def("decode_lut(Tensor(a!) out, int codebook) -> ()");
   m.def("compiled_k2_mask() -> int", &compiled_k2_mask);

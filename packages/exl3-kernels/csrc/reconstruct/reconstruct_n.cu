@@ -34,6 +34,7 @@
 #include "exl3/hadamard.cuh"
 #include "exl3/mma.cuh"
 #include "exl3/params.h"
+#include "exl3/pdl.cuh"
 #include "exl3/trellis.cuh"
 
 namespace exl3 {
@@ -158,15 +159,18 @@ __global__ void __launch_bounds__(256, EXL3_RECONSTRUCT_N_MIN_BLOCKS)
   const GemmShard& sh = p.shard[shard_of(p.shard, p.num_shards, p.col_begin + blockIdx.y * 128)];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   dispatch_k2<CB>(sh.K2, [&](auto k2) { reconstruct_n_row<CB, decltype(k2)::value, kBf16>(p, sh, lane, warp); });
+  // With PDL (p.pdl) this grid may start while the kernel before it runs (the reconstruct_n path's input transform,
+  // which it does not read: W_n depends on the weights only). It writes only its own W_n, which the kernel before
+  // it does not touch. Waiting here, at the end, keeps this grid from completing before its predecessor, so the
+  // cuBLAS GEMM launched next (no PDL) still finds xh complete. A no-op without the attribute.
+  pdl_wait();
 }
 
 template <int CB>
 static cudaError_t launch_reconstruct_n_cb(const ReconstructParams& p, dim3 grid, cudaStream_t stream) {
-  if (p.w_bf16)
-    reconstruct_n_kernel<CB, true><<<grid, 256, 0, stream>>>(p);
-  else
-    reconstruct_n_kernel<CB, false><<<grid, 256, 0, stream>>>(p);
-  return cudaGetLastError();
+  // PDL only where the loaded image has griddepcontrol (sm_90+ code): the end-of-kernel wait is what makes it safe
+  auto* kernel = p.w_bf16 ? reconstruct_n_kernel<CB, true> : reconstruct_n_kernel<CB, false>;
+  return launch_maybe_pdl(kernel, grid, dim3(256), 0, stream, p.pdl != 0 && kernel_has_pdl(kernel), p);
 }
 
 cudaError_t launch_reconstruct_n(const ReconstructParams& p, int codebook, cudaStream_t stream) {

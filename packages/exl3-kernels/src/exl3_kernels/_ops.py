@@ -362,6 +362,30 @@ def reconstruct_n(trellis: list[torch.Tensor], svh: list[torch.Tensor], codebook
     return out
 
 
+def reconstruct_n_out(out: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], codebook: int,
+                      col_begin: int, col_end: int, pdl: bool = False) -> None:
+    """Write W_n[:, col_begin:col_end] (see :func:`reconstruct_n`) into ``out`` ([k, col_end - col_begin], fp16/bf16).
+
+    ``pdl`` (sm_90+, and CUDA_EXL3_PDL not 0): programmatic dependent launch, so the kernel may start while the kernel
+    before it on the stream still runs; it waits for that kernel at its end (csrc/reconstruct/reconstruct_n.cu).
+    Only for a caller that knows its predecessor neither writes the weights nor reads ``out``: the reconstruct_n
+    path's first chunk, right after its own input transform (linear.py). Libraries built before the argument
+    ignore it.
+
+    Raises:
+        RuntimeError naming the tensor on shape/dtype/device/alignment mismatch.
+    """
+    if pdl and env.get_bool("PDL", True) and _reconstruct_n_has_pdl_arg():
+        torch.ops.exl3_kernels.reconstruct_n_out(out, trellis, svh, codebook, col_begin, col_end, True)
+    else:
+        torch.ops.exl3_kernels.reconstruct_n_out(out, trellis, svh, codebook, col_begin, col_end)
+
+
+def _reconstruct_n_has_pdl_arg() -> bool:
+    """Whether the loaded library's reconstruct_n_out schema has the ``pdl`` argument."""
+    return any(a.name == "pdl" for a in torch.ops.exl3_kernels.reconstruct_n_out.default._schema.arguments)
+
+
 def decode_lut(codebook: int, device: torch.device | str = "cuda") -> torch.Tensor:
     """fp16 [65536]: the device decoder applied to every 16-bit state (test hook)."""
     out = torch.empty(65536, dtype=torch.float16, device=device)

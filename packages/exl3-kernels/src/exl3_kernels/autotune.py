@@ -16,7 +16,8 @@ enqueued the candidate's launches before the start event fires: eager Python and
 (several launches on the reconstruct paths) would otherwise be counted as GPU time, which a CUDA-graph replay
 does not pay. The timings of every candidate are kept (:func:`cached_timings`) and logged at DEBUG level on
 the ``exl3_kernels.autotune`` logger. Candidates within FINALIST_MARGIN of the fastest are timed a second
-time with more runs and the choice is made on that second timing.
+time with more runs and the choice is made on that second timing; a finalist that launches fewer kernels
+(:func:`kernel_count`) wins when within NODE_TIE_US of the fastest.
 """
 from __future__ import annotations
 
@@ -45,6 +46,12 @@ HOST_LEAD_CYCLES = 200_000
 # a0c895f, bc3eef7 benchmark JSONs, `autotune_us`), as much as the gap between the dense paths there.
 FINALIST_MARGIN = 0.10
 FINALIST_REPS = 15
+# A finalist that launches fewer kernels wins over a faster one when its (eager) finalist time is within NODE_TIE_US:
+# each kernel is one more node in vLLM's CUDA graphs, and eager timing ranks such plans closer than graph replay
+# does. 4096x4096 m = 4 (bench/results/gemm-549e32a-k4.json): gemm(bm=16,split=8,it) (gemm_x + split-k epilogue, 2
+# kernels) 13.6 us and gemm(bm=16,split=16) (input transform + GEMM + epilogue, 3) 13.3 us as finalists, 10.0 and
+# 11.7 us in the benchmark's graph replay (profiles/itr-ab-549e32a/, two rounds).
+NODE_TIE_US = 0.5
 
 
 def flush_bytes(l2_bytes: int) -> int:
@@ -131,6 +138,20 @@ def _time(fn: Callable[[], object], device: torch.device, reps: int = 5) -> floa
     return statistics.median(times)
 
 
+def kernel_count(p: Plan) -> int:
+    """Kernels one call of the layer launches with plan ``p`` (one shard group; the reconstruct paths per column
+    chunk of the workspace, counted once): the input transform unless fused into the GEMM, the GEMM, and the split-k
+    epilogue when the partials go through the accumulator; reconstruct: W + cuBLAS; reconstruct_n and reconstruct_act:
+    input transform + W + cuBLAS (+ the output transform for reconstruct_act)."""
+    if p.path == "reconstruct":
+        return 2
+    if p.path == "reconstruct_n":
+        return 3
+    if p.path == "reconstruct_act":
+        return 4
+    return (0 if p.fused_it else 1) + 1 + (1 if p.split > 1 and not p.cluster else 0)
+
+
 def _key(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, deterministic: bool) -> tuple:
     """Cache key of a plan: (shape, m bucket, dtype, device, deterministic mode, CUDA_EXL3_CLUSTER unset / 0 / 1:
     it decides which split-k plans exist and how the accumulator plans run; CUDA_EXL3_FUSED_IT)."""
@@ -177,6 +198,10 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
                 for c in finalists:
                     final[c] = _time(lambda: run(c), device, reps=FINALIST_REPS)
             plan = min(finalists, key=lambda c: final[c])
+            fewer = [c for c in finalists if kernel_count(c) < kernel_count(plan)
+                     and 1000.0 * (final[c] - final[plan]) <= NODE_TIE_US + 1e-9]
+            if fewer:
+                plan = min(fewer, key=lambda c: (kernel_count(c), final[c]))
             _cache[key] = plan
             _timings[key] = {"first": {str(c): 1000.0 * t for c, t in first.items()},
                              "finalists": {str(c): 1000.0 * final[c] for c in finalists}}

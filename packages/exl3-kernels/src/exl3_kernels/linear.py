@@ -154,7 +154,9 @@ def _run_reconstruct_n(x2, trellis, suh, svh, bias32, codebook: int) -> torch.Te
     for c0 in range(0, n_total, cols):
         c1 = min(n_total, c0 + cols)
         w = workspace.recon(x2.device, k * (c1 - c0), x2.dtype).view(k, c1 - c0)
-        torch.ops.exl3_kernels.reconstruct_n_out(w, trellis, svh, codebook, c0, c1)
+        # the first chunk follows the input transform, which it may overlap (PDL, see _ops.reconstruct_n_out); a
+        # later chunk follows the cuBLAS GEMM that still reads this workspace, so it launches plainly
+        _ops.reconstruct_n_out(w, trellis, svh, codebook, c0, c1, pdl=c0 == 0)
         for s, (s0, n) in enumerate(zip(starts, ns)):
             a, b = max(c0, s0), min(c1, s0 + n)
             if a < b:

@@ -710,6 +710,48 @@ def test_programmatic_dependent_launch_changes_nothing(split, monkeypatch):
         run(x)
 
 
+def test_reconstruct_n_path_with_pdl_changes_nothing(monkeypatch):
+    """The reconstruct_n path launches W_n's first column chunk with PDL (reconstruct_n.cu: it may start while its
+    input transform runs and waits for it at its end), later chunks plainly (they follow the cuBLAS GEMM reading the
+    workspace). With a reconstruct workspace of a third of the fused qkv-like layer (three chunks, one per shard) and
+    new activations each run, the output equals the PDL-off output bit for bit, eager and replayed from a graph; a
+    stale xh or a chunk overwritten while read would change it."""
+    from exl3_kernels.plan import Plan
+
+    monkeypatch.setenv("CUDA_EXL3_PATH", "reconstruct_n")
+    monkeypatch.setenv("CUDA_EXL3_RECON_WORKSPACE_MB", "16")  # 4096 x 2048 x 2 bytes: one 2048-column chunk at a time
+    workspace.reset()
+    autotune.clear()
+    try:
+        cb = "mcg" if compiled(1, 8) else "mul1"
+        trellis, suh, svh, bias = random_layer(4096, [2048, 2048, 2048], [8, 8, 8], seed=43, bias=True)
+        layer = Exl3Layer(trellis, suh, svh, cb, bias)
+
+        def run(x):
+            return exl3_linear(x, layer)
+
+        for i in range(3):
+            x = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16)
+            monkeypatch.setenv("CUDA_EXL3_PDL", "0")
+            ref = run(x)
+            monkeypatch.setenv("CUDA_EXL3_PDL", "1")
+            got = run(x)
+            assert torch.equal(got, ref), i
+        assert all(p == Plan("reconstruct_n") for p in autotune.cached_plans().values())
+        assert rel_err(ref, reference_forward(x, trellis, suh, svh, bias, cb)) < 2 * TOL[torch.bfloat16]
+        x = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16)
+        g, out = capture_graph(lambda: run(x))
+        for i in range(3):
+            x.copy_(torch.randn_like(x))
+            g.replay()
+            monkeypatch.setenv("CUDA_EXL3_PDL", "0")
+            assert torch.equal(out, run(x)), i
+            monkeypatch.setenv("CUDA_EXL3_PDL", "1")
+    finally:
+        workspace.reset()
+        autotune.clear()
+
+
 @pytest.mark.parametrize("k", [128, 640, 1024, 1152, 5120])
 def test_input_transform_grid_edges(k):
     """The input transform's grid is (rows, ceil(k / 1024)) blocks of min(8, k / 128) warps: k = 128 (one warp per

@@ -62,6 +62,7 @@ struct ReconstructParams {
   void* w;                 // [k, col_end - col_begin], fp16 or bf16 (reconstruct_t: [col_end - col_begin, k] fp16)
   int w_bf16;
   int transform;           // 1: W = diag(suh) H Ŵ H diag(svh); 0: Ŵ only (decode test)
+  int pdl;                 // reconstruct_n only: programmatic dependent launch (starts during the kernel before it)
 };
 
 struct InputTransformParams {
