@@ -138,6 +138,10 @@ def test_kernel_count_per_plan():
     assert kernel_count(Plan("gemm", 16, 1, fused_it=True)) == 1
     assert kernel_count(Plan("wgmma", 256, 1)) == 2 and kernel_count(Plan("wgmma", 256, 3)) == 3
     assert [kernel_count(Plan(p)) for p in ("reconstruct", "reconstruct_n", "reconstruct_act")] == [2, 3, 4]
+    # CUDA_EXL3_CLUSTER=1: every split-k GEMM reduces in a cluster (no epilogue kernel); wgmma still uses the accumulator
+    assert kernel_count(Plan("gemm", 16, 16), cluster_forced=True) == 2
+    assert kernel_count(Plan("gemm", 16, 8, fused_it=True), cluster_forced=True) == 1
+    assert kernel_count(Plan("wgmma", 256, 3), cluster_forced=True) == 3
 
 
 @pytest.mark.parametrize("fused_us, expect_fused", [(13.6, True), (13.8, True), (13.9, False), (14.0, False)])
@@ -611,6 +615,8 @@ def test_deterministic_mode_wgmma_rule():
             assert cost_model(shape, m, 132, ACC, deterministic=True, wgmma=True).path != "wgmma", (shape, m)
     for shape in narrow:
         assert cost_model(shape, 256, 132, ACC, deterministic=True, wgmma=True).path == "gemm", shape
+    # a lowered CUDA_EXL3_RECON_MIN_M still wins over the rule (as in the timed mode's fallback)
+    assert cost_model(wide[0], 200, 132, ACC, recon_min_m=128, deterministic=True, wgmma=True) == Plan("reconstruct")
     # the threshold: 66 tiles on 132 SMs qualify, 65 do not
     assert cost_model(LayerShape(4096, (66 * 128,), (8,), 1), 200, 132, ACC, deterministic=True, wgmma=True).path == "wgmma"
     assert cost_model(LayerShape(4096, (65 * 128,), (8,), 1), 200, 132, ACC, deterministic=True, wgmma=True).path == "gemm"

@@ -127,7 +127,7 @@ Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::opt
   const int64_t m = x.size(0), k = x.size(1);
   TORCH_CHECK(k % 128 == 0, "exl3_kernels.input_transform: k = ", k, " is not a multiple of 128");
   TORCH_CHECK(m <= INT32_MAX && k <= INT32_MAX, "exl3_kernels.input_transform: m = ", m, " and k = ", k,
-              " must fit in 32 bits (the kernel's grid has one block row per row of x)");
+              " must fit in 32 bits (the kernel's grid has a block row per 1 or 4 rows of x)");
   const int64_t S = static_cast<int64_t>(suh.size());
   TORCH_CHECK(S >= 1 && S <= exl3::kMaxShards, "exl3_kernels.input_transform: 1..", exl3::kMaxShards, " suh tensors, got ", S);
   c10::cuda::CUDAGuard guard(x.device());

@@ -161,16 +161,20 @@ __global__ void __launch_bounds__(256, EXL3_RECONSTRUCT_N_MIN_BLOCKS)
   dispatch_k2<CB>(sh.K2, [&](auto k2) { reconstruct_n_row<CB, decltype(k2)::value, kBf16>(p, sh, lane, warp); });
   // With PDL (p.pdl) this grid may start while the kernel before it runs (the reconstruct_n path's input transform,
   // which it does not read: W_n depends on the weights only). It writes only its own W_n, which the kernel before
-  // it does not touch. Waiting here, at the end, keeps this grid from completing before its predecessor, so the
-  // cuBLAS GEMM launched next (no PDL) still finds xh complete. A no-op without the attribute.
+  // it does not touch; and the input transform is itself a plain launch (input.cu), so the previous op's GEMM that
+  // read this workspace has finished: if the input transform ever gets the PDL attribute, this stops being safe.
+  // Waiting here, at the end, keeps this grid from completing before its predecessor, so the cuBLAS GEMM launched
+  // next still finds xh complete. A no-op without the attribute.
   pdl_wait();
 }
 
 template <int CB>
 static cudaError_t launch_reconstruct_n_cb(const ReconstructParams& p, dim3 grid, cudaStream_t stream) {
   // PDL only where the loaded image has griddepcontrol (sm_90+ code): the end-of-kernel wait is what makes it safe
+  static const bool image_pdl[2] = {kernel_has_pdl(reconstruct_n_kernel<CB, false>),
+                                    kernel_has_pdl(reconstruct_n_kernel<CB, true>)};
   auto* kernel = p.w_bf16 ? reconstruct_n_kernel<CB, true> : reconstruct_n_kernel<CB, false>;
-  return launch_maybe_pdl(kernel, grid, dim3(256), 0, stream, p.pdl != 0 && kernel_has_pdl(kernel), p);
+  return launch_maybe_pdl(kernel, grid, dim3(256), 0, stream, p.pdl != 0 && image_pdl[p.w_bf16 ? 1 : 0], p);
 }
 
 cudaError_t launch_reconstruct_n(const ReconstructParams& p, int codebook, cudaStream_t stream) {

@@ -128,6 +128,8 @@ cudaError_t launch_input_transform_rows(const InputTransformParams& p, cudaStrea
   return cudaGetLastError();
 }
 
+// A plain launch (no PDL attribute), on purpose: reconstruct_n.cu's PDL launch right after it relies on this kernel
+// not starting before the previous op's kernels (which may read the reconstruct workspace) have finished.
 cudaError_t launch_input_transform(const InputTransformParams& p, cudaStream_t stream) {
   const int blocks_k = p.k / 128;
   if (p.m == 0 || blocks_k == 0) return cudaSuccess;

@@ -368,8 +368,9 @@ def reconstruct_n_out(out: torch.Tensor, trellis: list[torch.Tensor], svh: list[
 
     ``pdl`` (sm_90+, and CUDA_EXL3_PDL not 0): programmatic dependent launch, so the kernel may start while the kernel
     before it on the stream still runs; it waits for that kernel at its end (csrc/reconstruct/reconstruct_n.cu).
-    Only for a caller that knows its predecessor neither writes the weights nor reads ``out``: the reconstruct_n
-    path's first chunk, right after its own input transform (linear.py). Libraries built before the argument
+    Only for a caller that knows its predecessor neither writes the weights nor reads ``out`` and that the kernel
+    before the predecessor cannot still be reading ``out``: the reconstruct_n path's first chunk, right after its
+    own input transform, a plain launch (linear.py). Libraries built before the argument
     ignore it.
 
     Raises:
@@ -381,9 +382,16 @@ def reconstruct_n_out(out: torch.Tensor, trellis: list[torch.Tensor], svh: list[
         torch.ops.exl3_kernels.reconstruct_n_out(out, trellis, svh, codebook, col_begin, col_end)
 
 
+_rn_pdl_arg: bool | None = None
+
+
 def _reconstruct_n_has_pdl_arg() -> bool:
-    """Whether the loaded library's reconstruct_n_out schema has the ``pdl`` argument."""
-    return any(a.name == "pdl" for a in torch.ops.exl3_kernels.reconstruct_n_out.default._schema.arguments)
+    """Whether the loaded library's reconstruct_n_out schema has the ``pdl`` argument (read once: the library does
+    not change)."""
+    global _rn_pdl_arg
+    if _rn_pdl_arg is None:
+        _rn_pdl_arg = any(a.name == "pdl" for a in torch.ops.exl3_kernels.reconstruct_n_out.default._schema.arguments)
+    return _rn_pdl_arg
 
 
 def decode_lut(codebook: int, device: torch.device | str = "cuda") -> torch.Tensor:

@@ -138,18 +138,22 @@ def _time(fn: Callable[[], object], device: torch.device, reps: int = 5) -> floa
     return statistics.median(times)
 
 
-def kernel_count(p: Plan) -> int:
-    """Kernels one call of the layer launches with plan ``p`` (one shard group; the reconstruct paths per column
-    chunk of the workspace, counted once): the input transform unless fused into the GEMM, the GEMM, and the split-k
-    epilogue when the partials go through the accumulator; reconstruct: W + cuBLAS; reconstruct_n and reconstruct_act:
-    input transform + W + cuBLAS (+ the output transform for reconstruct_act)."""
+def kernel_count(p: Plan, cluster_forced: bool = False) -> int:
+    """Kernels one call of a single-chunk layer launches with plan ``p``, as the tie rule counts them: the input
+    transform unless fused into the GEMM, the GEMM, and the split-k epilogue when the partials go through the
+    accumulator (``cluster_forced``: CUDA_EXL3_CLUSTER=1, where every split-k GEMM reduces in a cluster); reconstruct
+    W + cuBLAS, reconstruct_n and reconstruct_act input transform + W + cuBLAS (+ the output transform for
+    reconstruct_act). Approximate for the dense paths: a bias cast, one cuBLAS call per shard and per column chunk are
+    not counted (they are timed alike in every finalist of those paths, and the rule only matters at small m, where
+    the finalists are GEMM plans)."""
     if p.path == "reconstruct":
         return 2
     if p.path == "reconstruct_n":
         return 3
     if p.path == "reconstruct_act":
         return 4
-    return (0 if p.fused_it else 1) + 1 + (1 if p.split > 1 and not p.cluster else 0)
+    via_acc = p.split > 1 and not p.cluster and not (cluster_forced and p.path == "gemm")
+    return (0 if p.fused_it else 1) + 1 + (1 if via_acc else 0)
 
 
 def _key(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, deterministic: bool) -> tuple:
@@ -198,10 +202,11 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
                 for c in finalists:
                     final[c] = _time(lambda: run(c), device, reps=FINALIST_REPS)
             plan = min(finalists, key=lambda c: final[c])
-            fewer = [c for c in finalists if kernel_count(c) < kernel_count(plan)
+            forced = cluster_mode() is True and cluster_splitk
+            fewer = [c for c in finalists if kernel_count(c, forced) < kernel_count(plan, forced)
                      and 1000.0 * (final[c] - final[plan]) <= NODE_TIE_US + 1e-9]
             if fewer:
-                plan = min(fewer, key=lambda c: (kernel_count(c), final[c]))
+                plan = min(fewer, key=lambda c: (kernel_count(c, forced), final[c]))
             _cache[key] = plan
             _timings[key] = {"first": {str(c): 1000.0 * t for c, t in first.items()},
                              "finalists": {str(c): 1000.0 * final[c] for c in finalists}}

@@ -147,15 +147,18 @@ def _run_reconstruct_n(x2, trellis, suh, svh, bias32, codebook: int) -> torch.Te
     starts = [sum(ns[:i]) for i in range(len(ns))]
     if bias32 is not None and bias32.shape != (n_total,):
         raise ValueError(f"exl3_kernels.linear: bias must be fp32 [{n_total}], got {tuple(bias32.shape)}")
+    # the bias cast (a kernel) goes first, so the input transform is the kernel right before W_n's first chunk
+    bias = bias32.to(x2.dtype) if bias32 is not None else None
     xh = _ops.input_transform(x2, suh, x2.dtype)  # [S, m, k] in x's dtype
     y = torch.empty(m, n_total, dtype=x2.dtype, device=x2.device)
-    bias = bias32.to(x2.dtype) if bias32 is not None else None
     cols = max(128, workspace.recon_capacity_bytes() // (2 * k) // 128 * 128)
     for c0 in range(0, n_total, cols):
         c1 = min(n_total, c0 + cols)
         w = workspace.recon(x2.device, k * (c1 - c0), x2.dtype).view(k, c1 - c0)
-        # the first chunk follows the input transform, which it may overlap (PDL, see _ops.reconstruct_n_out); a
-        # later chunk follows the cuBLAS GEMM that still reads this workspace, so it launches plainly
+        # the first chunk directly follows the input transform, which it may overlap (PDL, see _ops.reconstruct_n_out):
+        # safe because the input transform is a plain launch (input.cu), so the previous op's GEMM reading this
+        # workspace has finished before it starts; a later chunk follows the cuBLAS GEMM that still reads the
+        # workspace, so it launches plainly
         _ops.reconstruct_n_out(w, trellis, svh, codebook, c0, c1, pdl=c0 == 0)
         for s, (s0, n) in enumerate(zip(starts, ns)):
             a, b = max(c0, s0), min(c1, s0 + n)

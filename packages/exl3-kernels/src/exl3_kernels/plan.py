@@ -192,11 +192,11 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
         m = m_bucket(m)  # the plan must not depend on which m of its bucket came first (same bits in every process)
     if deterministic and DET_RECON_N_MIN_M <= m < DET_RECON_MAX_M:
         return Plan("reconstruct_n")
+    if m >= recon_min_m:
+        return Plan("reconstruct")
     if (deterministic and wgmma and WGMMA_MIN_M <= m < DET_RECON_N_MIN_M
             and shape.n_total // 128 >= DET_WGMMA_MIN_TILES_PER_SM * sm_count):
         return Plan("wgmma", WGMMA_BM, 1)
-    if m >= recon_min_m:
-        return Plan("reconstruct")
     bm = pick_bm(m, built_bm)
     blocks = (shape.n_total // 128) * math.ceil(m / bm)
     cap = BLOCKS_PER_SM.get(bm, 2) * sm_count

@@ -2,7 +2,8 @@
 
 - ``splitk_acc(device)``: the fp32 split-k accumulator. Contract: all zero between ops; the GEMM adds
   into it and its epilogue re-zeroes what it touched, so no per-call memset exists. Sized by
-  CUDA_EXL3_SPLITK_WORKSPACE_MB (the planner refuses split-k for m * n beyond it).
+  CUDA_EXL3_SPLITK_WORKSPACE_MB (the planner refuses split-k through it for m * n beyond it; split-k in a thread
+  block cluster does not use it).
 - ``recon(device, numel, dtype)``: the dense-W buffer of the reconstruct path (grow-only, capped by
   CUDA_EXL3_RECON_WORKSPACE_MB; larger layers are processed in column chunks).
 

@@ -109,6 +109,12 @@ def test_input_transform_four_rows_per_warp(x_dtype):
     h = _ops.input_transform(x, suh)
     for s, su in enumerate(suh):
         torch.testing.assert_close(h[s].float(), reference.input_transform(x, su, None).float(), rtol=2.0 ** -9, atol=1e-4)
+    # k = 1152: nine 128-column blocks, grid y of two blocks of 5 warps (one idle); m = 1823 (>= 1821: 4 rows per warp)
+    t9, s9, _, _ = random_layer(1152, [128], [8], seed=19)
+    x9 = torch.randn(1823, 1152, device="cuda", dtype=x_dtype)
+    big = _ops.input_transform(x9, s9)
+    for r in (0, 3, 4, 911, 1819, 1820, 1822):
+        assert torch.equal(big[:, r], _ops.input_transform(x9[r:r + 1], s9)[:, 0]), r
 
 
 @pytest.mark.parametrize("k2", [2, 4, 6, 8, 10, 12, 14, 16])
@@ -710,22 +716,34 @@ def test_programmatic_dependent_launch_changes_nothing(split, monkeypatch):
         run(x)
 
 
-def test_reconstruct_n_path_with_pdl_changes_nothing(monkeypatch):
-    """The reconstruct_n path launches W_n's first column chunk with PDL (reconstruct_n.cu: it may start while its
-    input transform runs and waits for it at its end), later chunks plainly (they follow the cuBLAS GEMM reading the
-    workspace). With a reconstruct workspace of a third of the fused qkv-like layer (three chunks, one per shard) and
-    new activations each run, the output equals the PDL-off output bit for bit, eager and replayed from a graph; a
-    stale xh or a chunk overwritten while read would change it."""
-    from exl3_kernels.plan import Plan
+@pytest.mark.parametrize("bias", [False, True])
+def test_reconstruct_n_path_with_pdl_changes_nothing(bias, monkeypatch):
+    """The reconstruct_n path launches W_n's first column chunk with PDL right after its input transform
+    (reconstruct_n.cu: it may start while the input transform runs and waits for it at its end), later chunks
+    plainly (they follow the cuBLAS GEMM reading the workspace). With a reconstruct workspace of a third of the
+    layer (three chunks, one per shard) the launches are recorded, and with new activations each run the output
+    equals the PDL-off output bit for bit, eager and replayed from a graph: a stale xh or a chunk overwritten
+    while read would change it. With and without a bias (the bias cast must not sit between the two kernels)."""
+    from exl3_kernels import linear
 
     monkeypatch.setenv("CUDA_EXL3_PATH", "reconstruct_n")
+    monkeypatch.setenv("CUDA_EXL3_AUTOTUNE", "0")
     monkeypatch.setenv("CUDA_EXL3_RECON_WORKSPACE_MB", "16")  # 4096 x 2048 x 2 bytes: one 2048-column chunk at a time
     workspace.reset()
     autotune.clear()
+    launches = []
+    real = _ops.reconstruct_n_out
+
+    def spy(out, trellis, svh, codebook, c0, c1, pdl=False):
+        launches.append((c0, pdl))
+        return real(out, trellis, svh, codebook, c0, c1, pdl=pdl)
+
+    monkeypatch.setattr(linear._ops, "reconstruct_n_out", spy)
     try:
         cb = "mcg" if compiled(1, 8) else "mul1"
-        trellis, suh, svh, bias = random_layer(4096, [2048, 2048, 2048], [8, 8, 8], seed=43, bias=True)
-        layer = Exl3Layer(trellis, suh, svh, cb, bias)
+        trellis, suh, svh, b = random_layer(4096, [2048, 2048, 2048], [8, 8, 8], seed=43, bias=True)
+        b = b if bias else None
+        layer = Exl3Layer(trellis, suh, svh, cb, b)
 
         def run(x):
             return exl3_linear(x, layer)
@@ -735,10 +753,11 @@ def test_reconstruct_n_path_with_pdl_changes_nothing(monkeypatch):
             monkeypatch.setenv("CUDA_EXL3_PDL", "0")
             ref = run(x)
             monkeypatch.setenv("CUDA_EXL3_PDL", "1")
+            launches.clear()
             got = run(x)
+            assert launches == [(0, True), (2048, False), (4096, False)], launches
             assert torch.equal(got, ref), i
-        assert all(p == Plan("reconstruct_n") for p in autotune.cached_plans().values())
-        assert rel_err(ref, reference_forward(x, trellis, suh, svh, bias, cb)) < 2 * TOL[torch.bfloat16]
+        assert rel_err(ref, reference_forward(x, trellis, suh, svh, b, cb)) < 2 * TOL[torch.bfloat16]
         x = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16)
         g, out = capture_graph(lambda: run(x))
         for i in range(3):
@@ -754,7 +773,8 @@ def test_reconstruct_n_path_with_pdl_changes_nothing(monkeypatch):
 
 @pytest.mark.parametrize("k", [128, 640, 1024, 1152, 5120])
 def test_input_transform_grid_edges(k):
-    """The input transform's grid is (rows, ceil(k / 1024)) blocks of min(8, k / 128) warps: k = 128 (one warp per
+    """The input transform's grid is (rows, ceil(k / 1024)) blocks of min(8, k / 128) warps (at this m; from
+    m * k / 128 >= 16384 it is ceil(m / 4) block rows, test_input_transform_four_rows_per_warp): k = 128 (one warp per
     block), 640 (five), 1152 (nine 128-column blocks: the second y block has one busy warp and seven that return at
     once) and two full cases. Every row and column block equals the fp32 reference rounded to fp16 within one fp16
     ulp (the summation order of the butterflies differs), for two shards; every entry of the output is compared.
