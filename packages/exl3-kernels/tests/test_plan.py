@@ -529,6 +529,12 @@ def test_fused_it_pins(monkeypatch):
     k1 = autotune._key(shape, 1, torch.float16, torch.device("cpu"), False)
     monkeypatch.setenv("CUDA_EXL3_FUSED_IT", "0")
     assert autotune._key(shape, 1, torch.float16, torch.device("cpu"), False) != k1
+    monkeypatch.delenv("CUDA_EXL3_FUSED_IT")
+    assert autotune._key(shape, 1, torch.float16, torch.device("cpu"), False) == k1
+    for var, value in (("WGMMA", "0"), ("PDL", "0"), ("SPLITK_WORKSPACE_MB", "8"), ("RECON_MIN_M", "256")):
+        monkeypatch.setenv("CUDA_EXL3_" + var, value)
+        assert autotune._key(shape, 1, torch.float16, torch.device("cpu"), False) != k1, var
+        monkeypatch.delenv("CUDA_EXL3_" + var)
 
 
 def test_cluster_plans_need_no_accumulator():

@@ -157,9 +157,13 @@ def kernel_count(p: Plan, cluster_forced: bool = False) -> int:
 
 
 def _key(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, deterministic: bool) -> tuple:
-    """Cache key of a plan: (shape, m bucket, dtype, device, deterministic mode, CUDA_EXL3_CLUSTER unset / 0 / 1:
-    it decides which split-k plans exist and how the accumulator plans run; CUDA_EXL3_FUSED_IT)."""
-    return (shape, m_bucket(m), dtype, device, deterministic, cluster_mode(), env.get_bool("FUSED_IT", True))
+    """Cache key of a plan: (shape, m bucket, dtype, device, deterministic mode, then every variable that changes the
+    candidates or their timings: CUDA_EXL3_CLUSTER unset / 0 / 1 (which split-k plans exist and how the accumulator
+    plans run), FUSED_IT, WGMMA, PDL, SPLITK_WORKSPACE_MB (which split-k plans fit) and RECON_MIN_M (the cost model's
+    dense-path threshold)). Changing one of them in a running process gives new plans instead of stale ones."""
+    return (shape, m_bucket(m), dtype, device, deterministic, cluster_mode(), env.get_bool("FUSED_IT", True),
+            env.get_bool("WGMMA", True), env.get_bool("PDL", True), env.get_int("SPLITK_WORKSPACE_MB", 64),
+            env.get_int("RECON_MIN_M", 1024))
 
 
 def cluster_mode() -> bool | None:
