@@ -35,6 +35,7 @@
 #include "exl3/mma.cuh"
 #include "exl3/params.h"
 #include "exl3/pdl.cuh"
+#include "exl3/store.cuh"
 #include "exl3/trellis.cuh"
 
 namespace exl3 {
@@ -44,25 +45,6 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
   uint32_t y;
   asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));  // PTX ISA 7.8, CUDA 11.8+
   return y;
-}
-
-// B fragment of H16[:, 8h .. 8h+7] (entries +-1): b0 = rows 2q, 2q+1 of column g, b1 = rows 2q+8, 2q+9.
-__device__ __forceinline__ void h16_b_fragment(int lane, int h, uint32_t& b0, uint32_t& b1) {
-  const int g = lane >> 2, q = lane & 3, c = 8 * h + g;
-  auto entry = [](int r, int cc) -> uint32_t { return (__popc(r & cc) & 1) ? 0xBC00u : 0x3C00u; };  // -1.0 / +1.0
-  b0 = entry(2 * q, c) | (entry(2 * q + 1, c) << 16);
-  b1 = entry(2 * q + 8, c) | (entry(2 * q + 9, c) << 16);
-}
-
-template <bool kBf16>
-__device__ __forceinline__ uint32_t pack2_rn(float a, float b) {
-  if constexpr (kBf16) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<uint32_t*>(&v);
-  } else {
-    __half2 v = __floats2half2_rn(a, b);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
 }
 
 template <int CB, int K2, bool kBf16>

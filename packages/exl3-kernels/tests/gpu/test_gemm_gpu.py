@@ -646,6 +646,64 @@ def test_reconstruct_n_weight_vs_torch(dtype):
         torch.ops.exl3_kernels.reconstruct_n_out(torch.empty(384, 768, device="cuda"), trellis, svh, CBS[cb], 0, 768)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_reconstruct_weight_vs_torch(dtype):
+    """W = diag(suh) H_k Ŵ H_n diag(svh) / 128 per 128 x 128 super-tile (reconstruct.cu: the 16-point parts on the tensor
+    core, P = H16 Ŵ fed to the n-direction MMA in fp16), against the same product in float64 from the (bit-exact)
+    transform-free reconstruct, for mixed-K shards, k = 384 (3 super-tile rows) and column ranges that start and end
+    inside shards. fp16 out (P as hi + lo): within half an fp16 ulp of the exact weight. bf16 out (P rounded to fp16,
+    EXL3_RECONSTRUCT_LO_BF16 = 0): within half a bf16 ulp of the float64 model of that arithmetic, and the rms error
+    against the exact weight within 2% of what rounding the exact weight to bf16 gives."""
+    cb = "mcg" if compiled(1, 8) and compiled(1, 4) else "mul1"
+    k2s = [8, 4, 8] if compiled(CBS[cb], 4) else [8, 8, 8]
+    trellis, suh, svh, _ = random_layer(384, [256, 128, 384], k2s, seed=37)
+    w_hat = _ops.reconstruct(trellis, suh, svh, CBS[cb], transform=False).double()  # [k, 768], exact
+    h128 = torch.tensor([[(-1) ** bin(r & c).count("1") for c in range(128)] for r in range(128)],
+                        dtype=torch.float64, device="cuda")  # Sylvester order (docs/exl3-format.md §4.1)
+    h16, h8 = h128[:16, :16], h128[:8, :8]
+    sv = torch.cat(svh).double()
+
+    p_max = 0.0
+
+    def model(p_fp16: bool):
+        nonlocal p_max
+        out = torch.empty_like(w_hat)
+        off = 0
+        for t, su in zip(trellis, suh):
+            n = t.shape[1] * 16
+            p = torch.einsum("ij,tjn->tin", h16, w_hat[:, off:off + n].reshape(24, 16, n))  # k 16-point, per tile row
+            p_max = max(p_max, p.abs().max().item())
+            if p_fp16:
+                p = p.float().half().double()
+            p = torch.einsum("ab,kbrn->karn", h8, p.reshape(3, 8, 16, n)).reshape(384, n)  # k 8-point
+            p = (p.reshape(384, n // 128, 128) @ h128).reshape(384, n)  # n 128-point
+            out[:, off:off + n] = p * su.double()[:, None] / 128
+            off += n
+        return out * sv
+
+    exact = model(False)
+    ref = exact if dtype == torch.float16 else model(True)
+    ulp = 2.0 ** -10 if dtype == torch.float16 else 2.0 ** -7  # worst-case relative ulp
+    # bf16: the GPU rounds its fp32 P (an MMA sum) to fp16, the model its exact P; where the two straddle an fp16
+    # rounding boundary one P moves by an fp16 ulp, which moves its outputs by 2^-11 p_max suh svh / 128 at most
+    # (allowed twice)
+    su_abs = torch.stack(suh).double().abs().amax(0)  # [k], the largest over the shards
+    flip = 0.0 if dtype == torch.float16 else 2 * 2.0 ** -11 * p_max / 128 * (su_abs[:, None] * sv.abs())
+    for c0, c1 in ((0, 768), (128, 640)):
+        got = _ops.reconstruct(trellis, suh, svh, CBS[cb], c0, c1, dtype=dtype)
+        assert got.shape == (384, c1 - c0) and got.dtype == dtype
+        exp = ref[:, c0:c1]
+        err = (got.double() - exp).abs()
+        tol_flip = flip if dtype == torch.float16 else flip[:, c0:c1]
+        # round to nearest: half an ulp, plus fp32 summation-order noise (2^-18 relative, 2e-6 absolute)
+        assert (err <= (ulp / 2 + 2.0 ** -18) * exp.abs() + 2e-6 + tol_flip).all(), (c0, c1, err.max().item())
+        if dtype == torch.bfloat16:
+            ex = exact[:, c0:c1]
+            rms = (got.double() - ex).pow(2).mean().sqrt()
+            rms_round = (ex.float().bfloat16().double() - ex).pow(2).mean().sqrt()
+            assert rms <= 1.02 * rms_round, (rms.item(), rms_round.item())
+
+
 @pytest.mark.parametrize("x_dtype", [torch.float16, torch.bfloat16])
 def test_input_transform_bf16_out_matches_fp16_out(x_dtype):
     """The bf16 output of the input transform is the same fp32 rotation rounded to bf16 instead of fp16."""

@@ -6,11 +6,33 @@
 // the lane, bits 2-6 are lane bits 0-4 and go through __shfl_xor. At each stage the lower index of a
 // pair keeps a + b, the upper gets a - b. All arithmetic is fp32; callers round once at the end.
 #pragma once
+#include <cstdint>
 #include <cuda_runtime.h>
 
 namespace exl3 {
 
 constexpr float kRsqrt128 = 0.08838834764831845f;  // 1/sqrt(128)
+
+// H16[r][c] = (-1)^popcount(r & c) as fp16 bits (+1.0 = 0x3C00, -1.0 = 0xBC00: exact), for the tensor-core parts of
+// the reconstruct kernels. Fragment layouts: mma.cuh (g = lane / 4, q = lane % 4).
+__device__ __forceinline__ uint32_t h16_entry(int r, int c) { return (__popc(r & c) & 1) ? 0xBC00u : 0x3C00u; }
+
+// A fragment of H16: a0 = rows g, cols 2q, 2q+1; a1 = rows g+8; a2 = cols +8; a3 = both.
+__device__ __forceinline__ void h16_a_fragment(int lane, uint32_t a[4]) {
+  const int g = lane >> 2, q = lane & 3;
+  auto pair = [](int r, int c) -> uint32_t { return h16_entry(r, c) | (h16_entry(r, c + 1) << 16); };
+  a[0] = pair(g, 2 * q);
+  a[1] = pair(g + 8, 2 * q);
+  a[2] = pair(g, 2 * q + 8);
+  a[3] = pair(g + 8, 2 * q + 8);
+}
+
+// B fragment of H16[:, 8h .. 8h+7]: b0 = rows 2q, 2q+1 of column g, b1 = rows 2q+8, 2q+9.
+__device__ __forceinline__ void h16_b_fragment(int lane, int h, uint32_t& b0, uint32_t& b1) {
+  const int g = lane >> 2, q = lane & 3, c = 8 * h + g;
+  b0 = h16_entry(2 * q, c) | (h16_entry(2 * q + 1, c) << 16);
+  b1 = h16_entry(2 * q + 8, c) | (h16_entry(2 * q + 9, c) << 16);
+}
 
 __device__ __forceinline__ void fwht128_lane4(float v[4], int lane) {
   // bits 0, 1: in registers
