@@ -11,12 +11,13 @@
 //
 // Phase 1, per warp and tile j (fragment layouts: mma.cuh; g = lane / 4, q = lane % 4):
 //  - k, 16-point part (bits 0-3 of k): P = H16 Ŵ_tile by two mma.m16n8k16 with H16 as the A operand and the decoded
-//    B fragments (trellis.cuh) as B. Exact: +-1 times fp16, fp32 accumulation (sums of 16 values).
+//    B fragments (trellis.cuh) as B: +-1 times fp16, fp32 accumulation of 16 values, exact or within 1 fp32 ulp
+//    (the tensor core truncates addends aligned far below the largest).
 //  - n, 16-point part (bits 0-3 of n): P H16 by mma with H16 as the B operand. P's C fragments (rows g, g+8; columns
 //    2q, 2q+1 of each n8 half) are, packed in pairs, exactly the A fragment of P (the C -> A identity of m16n8k16).
 //    P is not exact in fp16. For fp16 outputs it goes in as hi + lo (hi = fp16(P), lo = fp16(P - hi); P to ~2^-22
 //    relative) in two mma into the same fp32 accumulator, and W stays within half an fp16 ulp of the exact weight (GPU
-//    test); for bf16 outputs as hi only (EXL3_RECONSTRUCT_LO_BF16 below: the bf16 rounding dominates).
+//    test); for bf16 outputs as hi only (the bf16 rounding dominates; measurements above kRcStride below).
 //  - n, bits 4 and 5 of the 8-point part (j = 4 jh + jj: bits of jj): butterflies across 4 tiles on the fp32 C
 //    fragments, in registers, for tiles 0-3 and then 4-7 (32 C values live instead of 64: the 8-tile version spilled
 //    ~200-300 bytes at the 80 registers of 3 blocks per SM); fp32 into shared memory, row-major [128 k][kRcStride].
@@ -31,13 +32,16 @@
 //    distinct: conflict-free;
 //  - phase-2 float2 loads of a half warp: one row, columns 2 cb (+ const) for 16 consecutive cb: banks 2 cb, 2 cb + 1:
 //    conflict-free.
+//  - the kTransform = false path (the decoder tests' Ŵ) stores scalars: lanes q and q + 2 are 4 rows apart (4 x 136
+//    = 0 mod 32), a 2-way conflict, left as is (test-only path).
 // Global stores: lanes 0-15 of a warp hold one row r and columns 32 a + 2 cb (+64): each 4-byte store instruction
-// writes 2 rows x 64 contiguous bytes (whole 32-byte sectors).
+// writes 2 rows x 64 contiguous bytes (whole 32-byte sectors when W is 32-byte aligned, as the workspace is; the op
+// checks 8).
 //
 // History: this replaced (tenth session) a kernel that staged the trellis through shared memory, did the k direction
 // with mma + registers and the n direction per thread on half rows of 64 floats with a shuffle (35.4 us for 4096 x
 // 4096 at K = 4 against 15.5 us for W_n, bench/results/profiles/acc-skip-36f1498/parts.txt); this one takes 18.1 us
-// (bf16; 21.6 with lo, 4096 x 11008: 91.0 -> 44.7 us; bench/results/profiles/reconstruct-s10/). Before that: a shuffle
+// (bf16; 22.2-22.4 with lo; 4096 x 11008: 91.0 -> 44.7 us; bench/results/profiles/reconstruct-s10/). Before that: a shuffle
 // FWHT in both directions (~100 us at 4096 x 11008), per-thread row stores (149 us). ncu (4096 x 11008, with lo, 80
 // registers, 3 blocks = 24 warps per SM): issue slots 64% busy, DRAM 33%; stalls per issued instruction: not selected
 // 2.2, long scoreboard 1.2, math pipe throttle 1.0: instruction issue is the bound, so instructions are what to save.
@@ -54,15 +58,13 @@
 
 namespace exl3 {
 
-// Whether bf16 outputs also feed lo (P - fp16(P)) to the n-direction MMA. fp16 outputs always do (the GPU test holds
-// them to half an fp16 ulp of the exact weight). For bf16 the fp16 rounding of P adds 0.8% to the weight's rms error,
-// which the final bf16 rounding dominates (CPU emulation of test_reconstruct_weight_vs_torch's layer: rms error
-// 8.65e-5 -> 8.72e-5, max unchanged), and skipping lo took 16-19% off the kernel on the H200 (4096 x 4096 K = 4: 22.3
-// -> 18.1 us, 17408 x 5120: 104 -> 87 us; bench/results/profiles/reconstruct-s10/parts.txt). -DEXL3_RECONSTRUCT_LO_BF16=1
-// restores it (A/B builds).
-#ifndef EXL3_RECONSTRUCT_LO_BF16
-#define EXL3_RECONSTRUCT_LO_BF16 0
-#endif
+// Only fp16 outputs feed lo (P - fp16(P)) to the n-direction MMA (kLo in reconstruct_block): the GPU test holds them to
+// half an fp16 ulp of the exact weight. For bf16 the fp16 rounding of P adds 0.8% to the weight's rms error (CPU
+// emulations of a 384 x 256 mcg layer and of the test's layer: 1.008x the rms error of rounding the exact weight to
+// bf16, max unchanged), which the final bf16 rounding dominates, and skipping lo took 16-19% off the kernel on the H200
+// (4096 x 4096 K = 4: 22.3 -> 18.1 us, 17408 x 5120: 104 -> 87 us; bench/results/profiles/reconstruct-s10/parts.txt,
+// A/B builds with a macro that has since been removed: test_reconstruct_weight_vs_torch models the bf16 arithmetic
+// without lo, so a build with it would fail that test by design).
 
 constexpr int kRcStride = 136;
 constexpr int kRcSmem = 128 * kRcStride * 4;  // 69632 bytes: 3 blocks per SM on the H200 (227 KB)
@@ -132,7 +134,7 @@ __device__ __forceinline__ void reconstruct_block(const ReconstructParams& p, co
           mma_16816(pk[h], ha, frag[2 * h], frag[2 * h + 1]);
         }
         uint32_t ahi[4], alo[4];  // A fragment of P: a_i = pk[i / 2][2 (i % 2) ..]
-        constexpr bool kLo = !kBf16 || EXL3_RECONSTRUCT_LO_BF16;
+        constexpr bool kLo = !kBf16;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           if constexpr (kLo) {

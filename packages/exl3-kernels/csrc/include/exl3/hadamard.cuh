@@ -1,4 +1,6 @@
-// Warp-level fast Walsh-Hadamard transform of one 128-element block held 4 per lane.
+// Hadamard helpers: the warp-level fast Walsh-Hadamard transform of one 128-element block held 4 per lane
+// (fwht128_lane4: the input transform and the GEMM epilogue), and the +-1 entries of H16 as mma.m16n8k16 A and B
+// fragments (the tensor-core 16-point parts of reconstruct.cu and reconstruct_n.cu).
 //
 // H128[i][j] = (-1)^popcount(i & j) (Sylvester, natural order), normalised by 1/sqrt(128) so the
 // transform is orthonormal and self-inverse (docs/exl3-format.md §4.1; exllamav3 1.6.5
