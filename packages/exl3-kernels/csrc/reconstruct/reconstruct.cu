@@ -69,12 +69,6 @@ namespace exl3 {
 constexpr int kRcStride = 136;
 constexpr int kRcSmem = 128 * kRcStride * 4;  // 69632 bytes: 3 blocks per SM on the H200 (227 KB)
 
-__device__ __forceinline__ void bfly(float& lo, float& hi) {
-  const float a = lo, b = hi;
-  lo = a + b;
-  hi = a - b;
-}
-
 // hi + lo split of a pair of fp32 values into two fp16x2 words (hi rounded to nearest; lo = the rest, rounded).
 __device__ __forceinline__ void split_hi_lo(float a, float b, uint32_t& hi, uint32_t& lo) {
   const __half2 h = __floats2half2_rn(a, b);
@@ -82,22 +76,6 @@ __device__ __forceinline__ void split_hi_lo(float a, float b, uint32_t& hi, uint
   const __half2 l = __floats2half2_rn(a - hf.x, b - hf.y);
   hi = *reinterpret_cast<const uint32_t*>(&h);
   lo = *reinterpret_cast<const uint32_t*>(&l);
-}
-
-// The 24 trellis words of a lane for tile row 8 kb + warp of the super-tile at shard column sc (all loads first: the
-// 8 tiles of a tile row are contiguous).
-template <int K2>
-__device__ __forceinline__ void load_tile_row(const GemmShard& sh, int kb, int sc, int warp, const LaneWindow<K2>& lw,
-                                              uint32_t (&wd)[8][3]) {
-  constexpr int kTileWords = 4 * K2;
-  const uint32_t* t0 = sh.trellis + (static_cast<int64_t>(kb * 8 + warp) * (sh.n / 16) + sc / 16) * kTileWords;
-  const uint32_t o0 = lw.off[0] / 4, o1 = lw.off[1] / 4, o2 = lw.off[2] / 4;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    wd[j][0] = __ldg(t0 + j * kTileWords + o0);
-    wd[j][1] = __ldg(t0 + j * kTileWords + o1);
-    wd[j][2] = __ldg(t0 + j * kTileWords + o2);
-  }
 }
 
 // One super-tile (kb, nb) of shard s.
@@ -109,8 +87,18 @@ __device__ __forceinline__ void reconstruct_block(const ReconstructParams& p, co
   const int col0 = p.col_begin + nb * 128;  // absolute first column of the super-tile
   const int sc = col0 - sh.col_offset;      // first column inside the shard
   const LaneWindow<K2> lw = LaneWindow<K2>::make(lane);
-  uint32_t wd[8][3];
-  load_tile_row<K2>(sh, kb, sc, warp, lw, wd);
+  uint32_t wd[8][3];  // the 8 tiles of tile row 8 kb + warp are contiguous
+  constexpr int kTileWords = 4 * K2;
+  const uint32_t* t0 = sh.trellis + (static_cast<int64_t>(kb * 8 + warp) * (sh.n / 16) + sc / 16) * kTileWords;
+  // The loads of load_lane_windows (trellis.cuh), written out: through the helper ptxas orders this kernel's address
+  // arithmetic differently (same loads, different SASS), and this is the form that ran on the H200.
+  const uint32_t o0 = lw.off[0] / 4, o1 = lw.off[1] / 4, o2 = lw.off[2] / 4;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    wd[j][0] = __ldg(t0 + j * kTileWords + o0);
+    wd[j][1] = __ldg(t0 + j * kTileWords + o1);
+    wd[j][2] = __ldg(t0 + j * kTileWords + o2);
+  }
   const DecodeConsts dk = DecodeConsts::make();
   float* srow = st + (16 * warp) * kRcStride;  // this warp's 16 rows
 

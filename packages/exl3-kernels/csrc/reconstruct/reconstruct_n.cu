@@ -56,15 +56,9 @@ __device__ __forceinline__ void reconstruct_n_row(const ReconstructParams& p, co
   const int kt = blockIdx.x * 8 + warp;               // this warp's tile row
   const uint32_t* t0 = sh.trellis + (static_cast<int64_t>(kt) * tiles_n + sc / 16) * kTileWords;
   const LaneWindow<K2> lw = LaneWindow<K2>::make(lane);
-  const uint32_t o0 = lw.off[0] / 4, o1 = lw.off[1] / 4, o2 = lw.off[2] / 4;
 
   uint32_t w[8][3];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {  // the 8 tiles of the tile row are contiguous: all loads first
-    w[j][0] = __ldg(t0 + j * kTileWords + o0);
-    w[j][1] = __ldg(t0 + j * kTileWords + o1);
-    w[j][2] = __ldg(t0 + j * kTileWords + o2);
-  }
+  load_lane_windows<K2, 8>(t0, kTileWords, lw, w);  // the 8 tiles of the tile row are contiguous: all loads first
   uint32_t hb[2][2];
   h16_b_fragment(lane, 0, hb[0][0], hb[0][1]);
   h16_b_fragment(lane, 1, hb[1][0], hb[1][1]);
@@ -91,11 +85,7 @@ __device__ __forceinline__ void reconstruct_n_row(const ReconstructParams& p, co
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float lo = c[j][h][e], hi = c[j + b][h][e];
-            c[j][h][e] = lo + hi;
-            c[j + b][h][e] = lo - hi;
-          }
+          for (int e = 0; e < 4; ++e) bfly(c[j][h][e], c[j + b][h][e]);
 
   const int g = lane >> 2, q = lane & 3;
   const bool odd = q & 1;

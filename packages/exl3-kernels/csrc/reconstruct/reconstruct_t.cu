@@ -43,16 +43,9 @@ __device__ __forceinline__ void reconstruct_t_strip(const ReconstructParams& p, 
   const int64_t row_stride = static_cast<int64_t>(tiles_n) * kTileWords;  // words between tile rows
   const uint32_t* t0 = sh.trellis + (static_cast<int64_t>(kt0) * tiles_n + tn) * kTileWords;
   const LaneWindow<K2> lw = LaneWindow<K2>::make(lane);
-  const uint32_t o0 = lw.off[0] / 4, o1 = lw.off[1] / 4, o2 = lw.off[2] / 4;
 
   uint32_t w[kRtTileRows][3];
-#pragma unroll
-  for (int i = 0; i < kRtTileRows; ++i) {  // all loads first: 24 independent loads per lane in flight
-    const uint32_t* t = t0 + i * row_stride;
-    w[i][0] = __ldg(t + o0);
-    w[i][1] = __ldg(t + o1);
-    w[i][2] = __ldg(t + o2);
-  }
+  load_lane_windows<K2, kRtTileRows>(t0, row_stride, lw, w);  // all loads first: 24 independent loads per lane in flight
 
   const int g = (lane >> 2), q = lane & 3;
   const bool odd = q & 1;

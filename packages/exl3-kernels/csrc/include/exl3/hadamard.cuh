@@ -15,6 +15,13 @@ namespace exl3 {
 
 constexpr float kRsqrt128 = 0.08838834764831845f;  // 1/sqrt(128)
 
+// One butterfly: the lower index keeps a + b, the upper gets a - b (fp32).
+__device__ __forceinline__ void bfly(float& lo, float& hi) {
+  const float a = lo, b = hi;
+  lo = a + b;
+  hi = a - b;
+}
+
 // H16[r][c] = (-1)^popcount(r & c) as fp16 bits (+1.0 = 0x3C00, -1.0 = 0xBC00: exact), for the tensor-core parts of
 // the reconstruct kernels. Fragment layouts: mma.cuh (g = lane / 4, q = lane % 4).
 __device__ __forceinline__ uint32_t h16_entry(int r, int c) { return (__popc(r & c) & 1) ? 0xBC00u : 0x3C00u; }

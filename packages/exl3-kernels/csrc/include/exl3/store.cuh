@@ -23,13 +23,11 @@ __device__ __forceinline__ uint32_t pack2_rn(float a, float b) {
 __device__ __forceinline__ void store4_rn(void* out, int64_t off, float v0, float v1, float v2, float v3, bool bf16) {
   uint2 u;
   if (bf16) {
-    __nv_bfloat162 a = __floats2bfloat162_rn(v0, v1), b = __floats2bfloat162_rn(v2, v3);
-    u.x = *reinterpret_cast<uint32_t*>(&a);
-    u.y = *reinterpret_cast<uint32_t*>(&b);
+    u.x = pack2_rn<true>(v0, v1);
+    u.y = pack2_rn<true>(v2, v3);
   } else {
-    __half2 a = __floats2half2_rn(v0, v1), b = __floats2half2_rn(v2, v3);
-    u.x = *reinterpret_cast<uint32_t*>(&a);
-    u.y = *reinterpret_cast<uint32_t*>(&b);
+    u.x = pack2_rn<false>(v0, v1);
+    u.y = pack2_rn<false>(v2, v3);
   }
   *reinterpret_cast<uint2*>(reinterpret_cast<uint16_t*>(out) + off) = u;
 }

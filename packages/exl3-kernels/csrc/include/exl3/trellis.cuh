@@ -194,6 +194,21 @@ __device__ __forceinline__ void decode_tile_fragments(const uint32_t* tile, int 
   decode_window_fragments<CB, K2>(tile[w.off[0] / 4], tile[w.off[1] / 4], tile[w.off[2] / 4], w.r, frag, k);
 }
 
+// The three raw window words (LaneWindow::off) of a lane for N tiles at t0, t0 + stride, ... (stride in 32-bit
+// words: int for tiles of one tile row, int64_t for a tile column), every load issued before any is used: the
+// reconstruct kernels keep 24 independent loads per lane in flight.
+template <int K2, int N, typename Stride>
+__device__ __forceinline__ void load_lane_windows(const uint32_t* t0, Stride stride, const LaneWindow<K2>& lw,
+                                                  uint32_t (&w)[N][3]) {
+  const uint32_t o0 = lw.off[0] / 4, o1 = lw.off[1] / 4, o2 = lw.off[2] / 4;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    w[i][0] = __ldg(t0 + i * stride + o0);
+    w[i][1] = __ldg(t0 + i * stride + o1);
+    w[i][2] = __ldg(t0 + i * stride + o2);
+  }
+}
+
 // (row, col) inside the 16x16 tile of fragment value v (0..7) of lane t (for stores of decoded
 // values outside an MMA, e.g. the reconstruct kernel).
 __device__ __forceinline__ int frag_row(int lane, int v) { return 2 * (lane & 3) + (v & 1) + 8 * ((v >> 1) & 1); }
