@@ -621,17 +621,25 @@ def test_autotune_timing_excludes_host_overhead(host_us):
     assert us < 20.0, f"{us:.1f} us: host time leaked into the timing"
 
 
+def _mixed_k_layer_and_w_hat(seed: int):
+    """A fused layer of three shards with mixed K (k = 384; n = 256, 128, 384; K 4, 2, 4 where built), its exact Ŵ
+    [384, 768] in float64 from the transform-free reconstruct (bit-exact, test_decode_gpu.py) and the unnormalised
+    Sylvester H128 in float64 on the GPU (docs/exl3-format.md §4.1). Returns (codebook name, trellis, suh, svh, Ŵ, H128)."""
+    cb = "mcg" if compiled(1, 8) and compiled(1, 4) else "mul1"
+    k2s = [8, 4, 8] if compiled(CBS[cb], 4) else [8, 8, 8]
+    trellis, suh, svh, _ = random_layer(384, [256, 128, 384], k2s, seed=seed)
+    w_hat = _ops.reconstruct(trellis, suh, svh, CBS[cb], transform=False).double()
+    h128 = torch.tensor([[(-1) ** bin(r & c).count("1") for c in range(128)] for r in range(128)],
+                        dtype=torch.float64, device="cuda")
+    return cb, trellis, suh, svh, w_hat, h128
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_reconstruct_n_weight_vs_torch(dtype):
     """W_n = Ŵ H_n diag(svh) / sqrt(128) per 128-column block, against the same product in float64 from the
     (bit-exact) transform-free reconstruct: within one rounding of the output dtype, for mixed-K shards and a
     column range that starts and ends inside shards."""
-    cb = "mcg" if compiled(1, 8) and compiled(1, 4) else "mul1"
-    k2s = [8, 4, 8] if compiled(CBS[cb], 4) else [8, 8, 8]
-    trellis, suh, svh, _ = random_layer(384, [256, 128, 384], k2s, seed=31)
-    w_hat = _ops.reconstruct(trellis, suh, svh, CBS[cb], transform=False).double()  # [k, 768], exact
-    h128 = torch.tensor([[(-1) ** bin(r & c).count("1") for c in range(128)] for r in range(128)],
-                        dtype=torch.float64, device="cuda")  # Sylvester order (docs/exl3-format.md §4.1)
+    cb, trellis, _, svh, w_hat, h128 = _mixed_k_layer_and_w_hat(seed=31)
     sv = torch.cat(svh).double()
     ref = (w_hat.view(384, 6, 128) @ h128).view(384, 768) * sv / 128 ** 0.5
     ulp = 2.0 ** -10 if dtype == torch.float16 else 2.0 ** -7  # worst-case relative ulp
@@ -654,12 +662,7 @@ def test_reconstruct_weight_vs_torch(dtype):
     inside shards. fp16 out (P as hi + lo): within half an fp16 ulp of the exact weight. bf16 out (P rounded to fp16):
     within half a bf16 ulp of the float64 model of that arithmetic, and the rms error against the exact weight within
     2% of what rounding the exact weight to bf16 gives."""
-    cb = "mcg" if compiled(1, 8) and compiled(1, 4) else "mul1"
-    k2s = [8, 4, 8] if compiled(CBS[cb], 4) else [8, 8, 8]
-    trellis, suh, svh, _ = random_layer(384, [256, 128, 384], k2s, seed=37)
-    w_hat = _ops.reconstruct(trellis, suh, svh, CBS[cb], transform=False).double()  # [k, 768], exact
-    h128 = torch.tensor([[(-1) ** bin(r & c).count("1") for c in range(128)] for r in range(128)],
-                        dtype=torch.float64, device="cuda")  # Sylvester order (docs/exl3-format.md §4.1)
+    cb, trellis, suh, svh, w_hat, h128 = _mixed_k_layer_and_w_hat(seed=37)
     h16, h8 = h128[:16, :16], h128[:8, :8]
     sv = torch.cat(svh).double()
 
