@@ -561,12 +561,14 @@ def test_cluster_plans_need_no_accumulator():
 
 def test_deterministic_mode_dense_path_by_m():
     """Deterministic mode (no timing) plans by m bucket (the same plan whichever m of the bucket came first):
-    reconstruct_n for the buckets 512 .. 2048 (measured fastest of the deterministic paths there,
-    plan.DET_RECON_N_MIN_M), reconstruct from bucket 4096, the GEMM below; the timed mode's fallback is unchanged."""
+    reconstruct_n for the bucket 512 (measured fastest of the deterministic paths there, plan.DET_RECON_N_MIN_M),
+    reconstruct from bucket 1024 (since the reconstruct kernel's rewrite, plan.DET_RECON_MAX_M), the GEMM below; the
+    timed mode's fallback is unchanged."""
     for ns in ([11008], [4096], [4096, 1024, 1024], [5120]):
         shape = LayerShape(4096, tuple(ns), tuple(8 for _ in ns), 1)
-        for m, path in ((256, "gemm"), (257, "reconstruct_n"), (511, "reconstruct_n"), (1024, "reconstruct_n"),
-                        (2048, "reconstruct_n"), (2049, "reconstruct"), (4096, "reconstruct"), (8192, "reconstruct")):
+        for m, path in ((256, "gemm"), (257, "reconstruct_n"), (511, "reconstruct_n"), (512, "reconstruct_n"),
+                        (513, "reconstruct"), (1024, "reconstruct"), (2048, "reconstruct"), (4096, "reconstruct"),
+                        (8192, "reconstruct")):
             for cl in (False, True):
                 assert cost_model(shape, m, 132, ACC, deterministic=True, cluster_splitk=cl).path == path, (ns, m, cl)
         assert cost_model(shape, 512, 132, ACC).path == "gemm"

@@ -131,9 +131,13 @@ CLUSTER_PLAN_MAX_SPLIT = 8
 # reconstruct_n fastest of them at m = 512 and 1024 on four of the five shapes and within 10% on the fifth (qkv m = 512:
 # wgmma split 1 83 us, reconstruct_n 90), where the cost model ran the BM128 GEMM at split 1 (4096x4096 m = 512: 70 against
 # 49 us) or reconstruct (4096x11008 m = 1024: 234 against 186 us); at m = 256 it lost on the qkv shape (a cluster GEMM
-# 67 us), so m = 256 keeps the GEMM.
+# 67 us), so m = 256 keeps the GEMM. Since the reconstruct kernel's rewrite (ff24d76) reconstruct is the faster of the
+# two from bucket 1024: in the same kind of timings (bench/results/profiles/reconstruct-s10/ab_rcf_r1.json, us,
+# reconstruct / reconstruct_n) m = 1024: 4096x4096 65 / 68, 4096x11008 179 / 179, 5120x12288 231 / 226, 17408x5120
+# 315 / 322, qkv 102 / 122; m = 2048: 112 / 119, 293 / 296, 387 / 389, 536 / 561, 165 / 195 (and the timed mode picks
+# reconstruct at 2048 on every shape); m = 512 stays mixed (45 / 46, 118 / 115, 155 / 147, 223 / 219, 67 / 86).
 DET_RECON_N_MIN_M = 512
-DET_RECON_MAX_M = 4096
+DET_RECON_MAX_M = 1024
 # Below that, from m = WGMMA_MIN_M (buckets 128 and 256), deterministic mode takes the wgmma GEMM at split 1 (no atomics:
 # its register epilogue writes y) where the device has it and the layer has at least DET_WGMMA_MIN_TILES_PER_SM
 # 128-column tiles per SM: in the same timings it was the fastest deterministic candidate on 4096x11008 (86 tiles for
@@ -176,8 +180,8 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
     """Heuristic plan without timing.
 
     - m >= ``recon_min_m``: reconstruct (the GEMM decodes the trellis once per BM rows; cuBLAS wins once
-      the decode is amortised over enough rows). In deterministic mode reconstruct_n from DET_RECON_N_MIN_M (512) to
-      below DET_RECON_MAX_M (4096), measured faster there (see the constants); with ``wgmma`` (the Hopper GEMM usable
+      the decode is amortised over enough rows). In deterministic mode reconstruct_n for the bucket DET_RECON_N_MIN_M
+      (512; up to below DET_RECON_MAX_M, 1024), measured faster there (see the constants); with ``wgmma`` (the Hopper GEMM usable
       for this layer) the wgmma GEMM at split 1 for the buckets 128 and 256 of layers with at least
       DET_WGMMA_MIN_TILES_PER_SM output tiles per SM.
     - else the smallest BM tier covering m (capped at the largest), and, when the grid does not fill one

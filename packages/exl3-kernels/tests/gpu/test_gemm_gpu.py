@@ -352,11 +352,13 @@ def test_deterministic_mode_bit_identical(monkeypatch):
     x = torch.randn(5, 4096, device="cuda", dtype=torch.float16)
     ys = [exl3_linear(x, layer) for _ in range(5)]
     assert all(torch.equal(ys[0], y) for y in ys[1:])
-    # m = 600: the dense path of deterministic mode (reconstruct_n: W_n then cuBLAS, no atomics)
-    xl = torch.randn(600, 4096, device="cuda", dtype=torch.float16)
-    yl = [exl3_linear(xl, layer) for _ in range(3)]
-    assert all(torch.equal(yl[0], y) for y in yl[1:])
-    assert any(p.path == "reconstruct_n" for p in autotune.cached_plans().values())
+    # the dense paths of deterministic mode (no atomics): m = 300 (bucket 512) reconstruct_n, W_n then cuBLAS; m = 600
+    # (bucket 1024) reconstruct, W then cuBLAS (plan.DET_RECON_N_MIN_M, DET_RECON_MAX_M)
+    for m, path in ((300, "reconstruct_n"), (600, "reconstruct")):
+        xl = torch.randn(m, 4096, device="cuda", dtype=torch.float16)
+        yl = [exl3_linear(xl, layer) for _ in range(3)]
+        assert all(torch.equal(yl[0], y) for y in yl[1:]), m
+        assert any(p.path == path for p in autotune.cached_plans().values()), (m, autotune.cached_plans())
     plans = [p for p in autotune.cached_plans().values() if p.path == "gemm"]
     if _ops.cluster_splitk_available(x.device):  # split-k through the cluster's fixed-order reduction only
         assert any(p.split > 1 for p in plans), plans
