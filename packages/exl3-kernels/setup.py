@@ -153,7 +153,7 @@ def extensions():
     wgmma = _wgmma_wanted()
     sources = ["csrc/bindings/ops.cpp", "csrc/gemm/launch.cu", "csrc/transform/input.cu",
                "csrc/reconstruct/reconstruct.cu", "csrc/reconstruct/reconstruct_t.cu",
-               "csrc/reconstruct/reconstruct_n.cu", *gen_sources, *([] if wgmma else [WGMMA_STUB])]
+               "csrc/reconstruct/reconstruct_n.cu", "csrc/reconstruct/reconstruct_bf16.cu", *gen_sources, *([] if wgmma else [WGMMA_STUB])]
     common = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo", f"-DEXL3_K2_MASK={mask:#x}u"]
     nvcc = [*common, *_gencode_flags()]
     if _env("CUDA_EXL3_PTXAS_VERBOSE") == "1":

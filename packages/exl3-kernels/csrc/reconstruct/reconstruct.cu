@@ -1,5 +1,7 @@
-// Dense reconstruction of a (fused) EXL3 layer, used by the large-m path (W, then one cuBLAS GEMM) and,
-// with transform = 0, by the decoder tests (Ŵ bit-exact against exllamav3's reconstruct).
+// Dense reconstruction of a (fused) EXL3 layer, used by the large-m path (W, then one cuBLAS GEMM) for fp16 outputs
+// and, with transform = 0, by the decoder tests (Ŵ bit-exact against exllamav3's reconstruct). bf16 outputs with
+// transforms go to reconstruct_bf16.cu (every transform stage an MMA, 4-13% faster, Q and T rounded to fp16) when W is
+// 16-byte aligned; this kernel keeps them otherwise (launch_reconstruct below).
 //
 //   W[k, c] = suh[k] * (H_k Ŵ H_n)[k, c] * svh[c] / 128      (docs/exl3-format.md §4.2)
 //
@@ -269,6 +271,8 @@ static cudaError_t launch_reconstruct_cb(const ReconstructParams& p, cudaStream_
 }
 
 cudaError_t launch_reconstruct(const ReconstructParams& p, int codebook, cudaStream_t stream) {
+  // bf16 W with transforms: the all-tensor-core kernel (reconstruct_bf16.cu; its 16-byte stores need a 16-byte aligned W)
+  if (p.transform && p.w_bf16 && reinterpret_cast<uintptr_t>(p.w) % 16 == 0) return launch_reconstruct_bf16(p, codebook, stream);
   switch (codebook) {
     case kCb3Inst: return launch_reconstruct_cb<kCb3Inst>(p, stream);
     case kCbMcg: return launch_reconstruct_cb<kCbMcg>(p, stream);

@@ -85,6 +85,8 @@ cudaError_t launch_gemm(const GemmParams& p, int codebook, int bm, bool lohi, cu
 cudaError_t launch_output_transform(const GemmParams& p, cudaStream_t stream);
 cudaError_t launch_input_transform(const InputTransformParams& p, cudaStream_t stream);
 cudaError_t launch_reconstruct(const ReconstructParams& p, int codebook, cudaStream_t stream);
+// bf16 W with transforms, every transform stage on the tensor core (reconstruct_bf16.cu); W must be 16-byte aligned.
+cudaError_t launch_reconstruct_bf16(const ReconstructParams& p, int codebook, cudaStream_t stream);
 // Ŵ^T [col_end - col_begin, k] fp16 into p.w (no transforms; p.suh, p.transform and p.w_bf16 unused).
 cudaError_t launch_reconstruct_t(const ReconstructParams& p, int codebook, cudaStream_t stream);
 // W_n = Ŵ H_n diag(svh) / sqrt(128), [k, col_end - col_begin] fp16 or bf16 (p.w_bf16) into p.w (p.suh unused).
