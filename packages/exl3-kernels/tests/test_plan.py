@@ -560,15 +560,16 @@ def test_cluster_plans_need_no_accumulator():
 
 
 def test_deterministic_mode_dense_path_by_m():
-    """Deterministic mode (no timing) plans by m bucket (the same plan whichever m of the bucket came first):
-    reconstruct_n for the bucket 512 (measured fastest of the deterministic paths there, plan.DET_RECON_N_MIN_M),
-    reconstruct from bucket 1024 (since the reconstruct kernel's rewrite, plan.DET_RECON_MAX_M), the GEMM below; the
-    timed mode's fallback is unchanged."""
+    """Deterministic mode (no timing) plans by m bucket (the same plan whichever m of the bucket came first): the
+    buckets 256 and 512 (plan.DET_RECON_N_MIN_M) take reconstruct_n for one-shard layers and reconstruct for fused
+    ones (reconstruct_n runs a cuBLAS GEMM per shard), reconstruct from bucket 1024 (plan.DET_RECON_MAX_M), the GEMM
+    below (bucket 128 and less); the timed mode's fallback is unchanged."""
     for ns in ([11008], [4096], [4096, 1024, 1024], [5120]):
         shape = LayerShape(4096, tuple(ns), tuple(8 for _ in ns), 1)
-        for m, path in ((256, "gemm"), (257, "reconstruct_n"), (511, "reconstruct_n"), (512, "reconstruct_n"),
-                        (513, "reconstruct"), (1024, "reconstruct"), (2048, "reconstruct"), (4096, "reconstruct"),
-                        (8192, "reconstruct")):
+        dense_small = "reconstruct_n" if len(ns) == 1 else "reconstruct"
+        for m, path in ((64, "gemm"), (128, "gemm"), (129, dense_small), (256, dense_small), (257, dense_small),
+                        (511, dense_small), (512, dense_small), (513, "reconstruct"), (1024, "reconstruct"),
+                        (2048, "reconstruct"), (4096, "reconstruct"), (8192, "reconstruct")):
             for cl in (False, True):
                 assert cost_model(shape, m, 132, ACC, deterministic=True, cluster_splitk=cl).path == path, (ns, m, cl)
         assert cost_model(shape, 512, 132, ACC).path == "gemm"
@@ -617,14 +618,18 @@ def test_deterministic_mode_wgmma_rule():
         for m in (65, 128, 129, 256):
             assert cost_model(shape, m, 132, ACC, deterministic=True, cluster_splitk=True, wgmma=True) == \
                 Plan("wgmma", 256, 1), (shape, m)
-            assert cost_model(shape, m, 132, ACC, deterministic=True, cluster_splitk=True).path == "gemm"
+            assert cost_model(shape, m, 132, ACC, deterministic=True, cluster_splitk=True).path == \
+                ("gemm" if m <= 128 else "reconstruct_n")  # without wgmma: bucket 256 is a dense path's
             assert cost_model(shape, m, 132, ACC, wgmma=True).path == "gemm"  # timed mode's fallback
         for m in (64, 257, 512):
             assert cost_model(shape, m, 132, ACC, deterministic=True, wgmma=True).path != "wgmma", (shape, m)
-    for shape in narrow:
-        assert cost_model(shape, 256, 132, ACC, deterministic=True, wgmma=True).path == "gemm", shape
+    for shape in narrow:  # bucket 128 keeps the GEMM, bucket 256 the dense paths
+        assert cost_model(shape, 128, 132, ACC, deterministic=True, wgmma=True).path == "gemm", shape
+        assert cost_model(shape, 256, 132, ACC, deterministic=True, wgmma=True).path in ("reconstruct_n", "reconstruct")
     # a lowered CUDA_EXL3_RECON_MIN_M still wins over the rule (as in the timed mode's fallback)
     assert cost_model(wide[0], 200, 132, ACC, recon_min_m=128, deterministic=True, wgmma=True) == Plan("reconstruct")
     # the threshold: 66 tiles on 132 SMs qualify, 65 do not
     assert cost_model(LayerShape(4096, (66 * 128,), (8,), 1), 200, 132, ACC, deterministic=True, wgmma=True).path == "wgmma"
-    assert cost_model(LayerShape(4096, (65 * 128,), (8,), 1), 200, 132, ACC, deterministic=True, wgmma=True).path == "gemm"
+    assert cost_model(LayerShape(4096, (65 * 128,), (8,), 1), 200, 132, ACC, deterministic=True, wgmma=True).path == \
+        "reconstruct_n"
+    assert cost_model(LayerShape(4096, (65 * 128,), (8,), 1), 100, 132, ACC, deterministic=True, wgmma=True).path == "gemm"

@@ -136,7 +136,13 @@ CLUSTER_PLAN_MAX_SPLIT = 8
 # reconstruct / reconstruct_n) m = 1024: 4096x4096 65 / 68, 4096x11008 179 / 179, 5120x12288 231 / 226, 17408x5120
 # 315 / 322, qkv 102 / 122; m = 2048: 112 / 119, 293 / 296, 387 / 389, 536 / 561, 165 / 195 (and the timed mode picks
 # reconstruct at 2048 on every shape); m = 512 stays mixed (45 / 46, 118 / 115, 155 / 147, 223 / 219, 67 / 86).
-DET_RECON_N_MIN_M = 512
+# Bucket 256 joined the dense paths in the eleventh session: there the cost model ran cluster GEMMs that took, in
+# deterministic mode with the library of that session (bench/results/profiles/reconstruct-s11/det_*.json, graph replay),
+# 55.2 us on 4096x4096, 313 us on 17408x5120 and 76.9 us on qkv, against first-pass timings of reconstruct_n 36.0 /
+# 157.1 us and reconstruct 57.7 us on qkv (gemm-ff24d76-k4.json "autotune_us"). Layers of several shards take
+# reconstruct instead of reconstruct_n at buckets 256 and 512: reconstruct_n runs one cuBLAS GEMM per shard (one input
+# transform per shard's suh), reconstruct one for the fused W (qkv: 57.7 vs 76.8 us at 256, 66.4 vs 85.8 at 512).
+DET_RECON_N_MIN_M = 256
 DET_RECON_MAX_M = 1024
 # Below that, from m = WGMMA_MIN_M (buckets 128 and 256), deterministic mode takes the wgmma GEMM at split 1 (no atomics:
 # its register epilogue writes y) where the device has it and the layer has at least DET_WGMMA_MIN_TILES_PER_SM
@@ -145,6 +151,7 @@ DET_RECON_MAX_M = 1024
 # the cost model ran at 256) and 5120x12288 (96 tiles; 66.9 / 86.7 against 76.5 / 118.2), and slower on the narrower
 # 17408x5120 (40 tiles), 4096x4096 (32) and qkv 4096x6144 (48: 78.5 against 72.4 at m = 256).
 DET_WGMMA_MIN_TILES_PER_SM = 0.5
+DET_WGMMA_MAX_M = 256  # buckets 128 and 256
 # The autotuner times cluster plans for m in [CLUSTER_MIN_M, CLUSTER_MAX_M]: below, the cluster was slower at every
 # point measured (m = 1-16, all five shapes, two rounds: +0.5-3 us); above, split-k plans are rarely chosen.
 CLUSTER_MIN_M = 32
@@ -180,10 +187,11 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
     """Heuristic plan without timing.
 
     - m >= ``recon_min_m``: reconstruct (the GEMM decodes the trellis once per BM rows; cuBLAS wins once
-      the decode is amortised over enough rows). In deterministic mode reconstruct_n for the bucket DET_RECON_N_MIN_M
-      (512; up to below DET_RECON_MAX_M, 1024), measured faster there (see the constants); with ``wgmma`` (the Hopper GEMM usable
-      for this layer) the wgmma GEMM at split 1 for the buckets 128 and 256 of layers with at least
-      DET_WGMMA_MIN_TILES_PER_SM output tiles per SM.
+      the decode is amortised over enough rows). In deterministic mode, from the bucket DET_RECON_N_MIN_M
+      (256) up to below DET_RECON_MAX_M (1024), reconstruct_n for one-shard layers and reconstruct for fused ones,
+      measured faster there (see the constants), except that with ``wgmma`` (the Hopper GEMM usable for this layer)
+      the buckets 128 and 256 (up to DET_WGMMA_MAX_M) of layers with at least DET_WGMMA_MIN_TILES_PER_SM output tiles
+      per SM take the wgmma GEMM at split 1.
     - else the smallest BM tier covering m (capped at the largest), and, when the grid does not fill one
       wave of resident blocks, the split-k with the best wave efficiency among the whole-wave fits
       (:func:`wave_splits`), within :func:`splitk_allowed` and :func:`max_split`.
@@ -194,13 +202,13 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
     """
     if deterministic:
         m = m_bucket(m)  # the plan must not depend on which m of its bucket came first (same bits in every process)
-    if deterministic and DET_RECON_N_MIN_M <= m < DET_RECON_MAX_M:
-        return Plan("reconstruct_n")
     if m >= recon_min_m:
         return Plan("reconstruct")
-    if (deterministic and wgmma and WGMMA_MIN_M <= m < DET_RECON_N_MIN_M
+    if (deterministic and wgmma and WGMMA_MIN_M <= m <= DET_WGMMA_MAX_M
             and shape.n_total // 128 >= DET_WGMMA_MIN_TILES_PER_SM * sm_count):
         return Plan("wgmma", WGMMA_BM, 1)
+    if deterministic and DET_RECON_N_MIN_M <= m < DET_RECON_MAX_M:
+        return Plan("reconstruct_n") if len(shape.ns) == 1 else Plan("reconstruct")
     bm = pick_bm(m, built_bm)
     blocks = (shape.n_total // 128) * math.ceil(m / bm)
     cap = BLOCKS_PER_SM.get(bm, 2) * sm_count
