@@ -559,6 +559,23 @@ def test_cluster_plans_need_no_accumulator():
     assert cost_model(sq, 1, 132, 1 << 10, deterministic=True, cluster_splitk=True) == Plan("gemm", 16, 8, cluster=True)
 
 
+def test_deterministic_cluster_split_is_a_power_of_two_from_m_32():
+    """Deterministic mode's cluster split: the largest that keeps the grid within one wave, rounded down to a power of two
+    from m = CLUSTER_MIN_M (split 5 and 6 clusters measured slower than 4 at m = 128, plan.py); below m = 32 unchanged."""
+    qkv = LayerShape(4096, (4096, 1024, 1024), (8, 10, 10), 1)
+    deep = LayerShape(17408, (5120,), (8,), 1)
+    for shape in (qkv, deep):
+        p = cost_model(shape, 128, 132, ACC, deterministic=True, cluster_splitk=True)
+        assert p.path == "gemm" and p.cluster and p.split == 4, (shape, p)
+        for m in (32, 64, 100, 128):
+            s = cost_model(shape, m, 132, ACC, deterministic=True, cluster_splitk=True).split
+            assert s & (s - 1) == 0, (shape, m, s)
+    # m < 32 keeps the one-wave split: 4096x11008 at m = 1 has 86 BM16 blocks, 6 per wave
+    mid = LayerShape(4096, (11008,), (8,), 1)
+    assert cost_model(mid, 1, 132, ACC, deterministic=True, cluster_splitk=True).split == \
+        BLOCKS_PER_SM[16] * 132 // 86
+
+
 def test_deterministic_mode_dense_path_by_m():
     """Deterministic mode (no timing) plans by m bucket (the same plan whichever m of the bucket came first): the
     buckets 256 and 512 (plan.DET_RECON_N_MIN_M) take reconstruct_n for one-shard layers and reconstruct for fused

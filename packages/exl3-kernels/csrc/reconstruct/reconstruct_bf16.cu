@@ -6,20 +6,23 @@
 //
 // Per 128 x 128 super-tile, with k = 16 w + r and n = 16 b + c (w, b = tile row / column 0..7; r, c = 0..15) and
 // H128 = H8 (x) H16 in Sylvester order (docs/exl3-format.md §4.1):
-//   Q_wb = H16 Ŵ_wb H16 / 16                                   (per tile: phase 1)
+//   Q_wb = H16 Ŵ_wb H16 / 4                                    (per tile: phase 1)
 //   T[(w, r), (b, c)] = suh[16 w + r] sum_w' H8[w, w'] Q[(w', r), (b, c)]     (k 8-point: phase 2, MMA 1)
-//   W[(w, r), (b, c)] = sum_b' T[(w, r), (b', c)] H8[b', b] svh[16 b + c] / 8   (n 8-point: phase 2, MMA 2)
+//   W[(w, r), (b, c)] = sum_b' T[(w, r), (b', c)] H8[b', b] svh[16 b + c] / 32  (n 8-point: phase 2, MMA 2)
 // Both 8-point parts are MMAs with a constant operand that also carries the scales: H8 (x) I2 with suh folded into
-// MMA 1's A operand (per output row) and svh / 8 into MMA 2's B operand (per output column), so no FP32 butterflies or
+// MMA 1's A operand (per output row) and svh / 32 into MMA 2's B operand (per output column), so no FP32 butterflies or
 // scale multiplies remain (reconstruct.cu spends ~10 of its ~21 instructions per weight on them; ncu there).
 //
-// Precision (bf16 outputs only): P = H16 Ŵ (exact in fp32), Q and T are each rounded to fp16 before the next MMA
-// (fp32 accumulation everywhere, one final rounding to bf16). Each fp16 rounding adds (2^-11)^2 / 3 relative variance,
-// 1/64 of bf16 rounding's: the weight's rms error is ~1.02x that of rounding the exact weight to bf16 (CPU emulation
-// in tests/test_kernel_reconstruct_bf16_math.py; the GPU test test_reconstruct_weight_vs_torch models the arithmetic).
-// Magnitudes: |Ŵ| <= ~4 (codebook range), so |Q| <= 64 and |T| <= 8 * 64 * |suh|: far inside fp16. svh / 8 and suh are
-// exact in fp16 while normal (svh >= 2^-11, any stored suh); smaller svh columns lose relative precision in the
-// subnormal range (their outputs are below 2^-11 of the typical column).
+// Precision (bf16 outputs only): P = H16 Ŵ (an exact fp32 sum), Q and T are each rounded to fp16 as the next MMA's
+// operand (fp32 accumulation everywhere, one final rounding to bf16). Each fp16 rounding adds (2^-11)^2 / 3 relative
+// variance, 1/64 of bf16 rounding's: the weight's rms error is ~1.02x that of rounding the exact weight to bf16 (CPU
+// emulation in tests/test_kernel_reconstruct_bf16_math.py; the GPU test test_reconstruct_weight_vs_torch models the
+// arithmetic). Ranges: the 1/128 is split as Q / 4 and svh / 32. |Ŵ| <= ~4 (codebook range) gives |Q| <= ~16 (~64 / 4;
+// rms ~4), so T = suh H8 Q stays normal in fp16 (>= 2^-14) down to |suh| ~ 3e-6 and finite up to |suh| ~ 500: CPU model,
+// rms error against bf16 rounding 1.02-1.03x for suh from 1e-2 down to 3e-6 (1.11x at 1e-6; Q / 16 would already be
+// 1.17x at 3e-6). Real suh is ~1e-2 (MoE up_proj ~1e-4; docs/exl3-format.md §4.5). svh / 32 is exact in fp16 for
+// |svh| >= 2^-9 (svh is a per-column RMS / mean, ~0.5-2, or exactly 0); smaller columns lose relative precision in the
+// subnormal range. suh itself is exact (a stored fp16 value times +-1).
 //
 // Shared memory: Q as fp16 in 128 rows of 256 bytes (no padding), 16-byte chunks XOR-swizzled:
 //   smem row rho(k) = 8 r + w (r-major: the 8 rows that MMA 1 mixes are consecutive),
@@ -56,32 +59,6 @@ constexpr int kTcSmem = kTcQBytes + kTcTableBytes;  // 36864 bytes (under the 48
 
 __device__ __forceinline__ int tc_swz(int rho) { return (rho & 7) ^ ((rho & 1) << 2) ^ ((rho >> 3) & 1); }
 
-// fp16 bits of +-x: the sign of H[i][j] = (-1)^popcount(i & j) applied to x (exact).
-__device__ __forceinline__ uint32_t h_signed(uint32_t x16, int i, int j) {
-  return x16 ^ (static_cast<uint32_t>(__popc(i & j) & 1) << 15);
-}
-
-// D = A B with a zero accumulator (ptxas uses RZ for C).
-__device__ __forceinline__ void mma_16816_z(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%10,%10,%10};\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
-}
-
-template <int kOff>
-__device__ __forceinline__ void ldmatrix_x4_trans_at(uint32_t r[4], uint32_t smem_addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4+%5];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr), "n"(kOff));
-}
-template <int kOff>
-__device__ __forceinline__ void sts128_at(uint32_t smem_addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  asm volatile("st.shared.v4.u32 [%0+%1], {%2,%3,%4,%5};\n" ::"r"(smem_addr), "n"(kOff), "r"(a), "r"(b), "r"(c), "r"(d)
-               : "memory");
-}
-
 // A super-tile: column block nb (absolute columns col_begin + 128 nb ..), k block kb, shard s.
 struct TcTile {
   int nb, kb, s;
@@ -99,8 +76,8 @@ __device__ __forceinline__ void tc_load4(const ReconstructParams& p, const TcTil
 }
 
 // Phase 1 of super-tile x, warp w = tile row w. Per tile j: P = H16 Ŵ (H16 as A, the decoded B fragments as B; exact in
-// fp32), P's C fragments packed to fp16 are P's A fragment (C -> A identity of m16n8k16), Q = P (H16 / 16) with H16 / 16
-// as B (entries +-2^-4, exact). Q's C fragment (rows g, g + 8; columns c = 8 h + 2 q + e) goes to sigma = 16 (4 h + q) +
+// fp32), P's C fragments packed to fp16 (P's one rounding) are P's A fragment (C -> A identity of m16n8k16), Q = P (H16 / 4)
+// with H16 / 4 as B (entries +-2^-2, exact). Q's C fragment (rows g, g + 8; columns c = 8 h + 2 q + e) goes to sigma = 16 (4 h + q) +
 // 2 j + e: for 4 tiles j = 4 jh + jj the lane's pairs fill one 16-byte chunk (8 h + 2 q + jh) per (row, h).
 // All 24 trellis words of the lane are loaded before the first decode.
 template <int CB, int K2>
@@ -168,7 +145,7 @@ __global__ void __launch_bounds__(256, EXL3_RECONSTRUCT_BF16_MIN_BLOCKS)
 
   // MMA 2's B operands for the column block (thread t: cp = t / 32, lane t % 32). Lane (g', q') of MMA 2 for output
   // half bh: b0 = B2[kappa = 2q', 2q' + 1][o = g'] with kappa = 2 b' + e (input tile column b' = q', e = 0, 1) and
-  // o = 2 (b - 4 bh) + e'': nonzero only where e = e'' = g' & 1, value H8[q', b] svh[16 b + 2 cp + e''] / 8,
+  // o = 2 (b - 4 bh) + e'': nonzero only where e = e'' = g' & 1, value H8[q', b] svh[16 b + 2 cp + e''] / 32,
   // b = 4 bh + g' / 2; b1 (b' = 4 + q') is b0 times H8[4, b] = -1 for bh = 1. Stored as one uint4 per (cp, lane):
   // b0, b1 of bh = 0, then of bh = 1, so phase 2 loads the four B registers with one LDS.128.
   {
@@ -178,25 +155,22 @@ __global__ void __launch_bounds__(256, EXL3_RECONSTRUCT_BF16_MIN_BLOCKS)
 #pragma unroll
     for (int bh = 0; bh < 2; ++bh) {
       const int b = 4 * bh + (gg >> 1);
-      const __half hv = __hmul(__ushort_as_half(sh.svh[sc + 16 * b + 2 * cp + (gg & 1)]), __float2half(0.125f));
-      const uint32_t bits = h_signed(__half_as_ushort(hv), qq, b);
+      const __half hv = __hmul(__ushort_as_half(sh.svh[sc + 16 * b + 2 * cp + (gg & 1)]), __float2half(0.03125f));
+      const uint32_t bits = h_sign(__half_as_ushort(hv), qq, b);
       w2[bh] = (gg & 1) ? bits << 16 : bits;
     }
     reinterpret_cast<uint4*>(smem_b + kTcQBytes)[tid] = make_uint4(w2[0], w2[0], w2[1], w2[1] ^ 0x80008000u);
   }
 
-  // Phase 1: H16 as A, H16 / 16 as B; STS.128 at row 8 (g + 8 rr) + warp, chunk 2 q + jh, swizzled: jh = 1 flips chunk
+  // Phase 1: H16 as A, H16 / 4 as B; STS.128 at row 8 (g + 8 rr) + warp, chunk 2 q + jh, swizzled: jh = 1 flips chunk
   // bit 0 (^ 16 bytes), rr = 1 is 64 rows further (+ 16384), h adds 8 chunks (+ 128, an immediate).
   {
     uint32_t ha[4], hb[2][2];
     h16_a_fragment(lane, ha);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int c = 8 * h + g;
-      hb[h][0] = h_signed(0x2C00u, 2 * q, c) | (h_signed(0x2C00u, 2 * q + 1, c) << 16);  // 0x2C00 = 2^-4
-      hb[h][1] = h_signed(0x2C00u, 2 * q + 8, c) | (h_signed(0x2C00u, 2 * q + 9, c) << 16);
-    }
-    const uint32_t st0 = sbase + (8 * g + warp) * 256 + (((2 * q) ^ tc_swz(8 * g + warp)) << 4), st1 = st0 ^ 16u;
+    for (int h = 0; h < 2; ++h) h16_b_fragment<0x3400u>(lane, h, hb[h][0], hb[h][1]);  // 0x3400 = 2^-2: Q = P H16 / 4
+    const uint32_t st_off = (8 * g + warp) * 256 + (((2 * q) ^ tc_swz(8 * g + warp)) << 4);
+    const uint32_t st0 = sbase + st_off, st1 = sbase + (st_off ^ 16u);
     const uint32_t st[2][2] = {{st0, st1}, {st0 + 16384, st1 + 16384}};
     dispatch_k2<CB>(sh.K2, [&](auto k2) { tc_phase1<CB, decltype(k2)::value>(p, x, warp, lane, ha, hb, st); });
   }
@@ -205,8 +179,8 @@ __global__ void __launch_bounds__(256, EXL3_RECONSTRUCT_BF16_MIN_BLOCKS)
   // Phase 2: warp v = row pair r in {2 v, 2 v + 1}, i.e. smem rows 16 v .. 16 v + 15 (rho = 16 v + 8 e + w).
   // MMA 1's A = (I2 (x) H8) with suh: rows 8 e' + w, columns 8 e + w'; a0 = H8[g][2q..] suh[k(e' = 0)], a3 = the same
   // with suh[k(e' = 1)], a1 = a2 = 0 (the e != e' blocks).
-  const uint32_t a1f[4] = {h_signed(s0, g, 2 * q) | (h_signed(s0, g, 2 * q + 1) << 16), 0u, 0u,
-                           h_signed(s1, g, 2 * q) | (h_signed(s1, g, 2 * q + 1) << 16)};
+  const uint32_t a1f[4] = {h_sign(s0, g, 2 * q) | (h_sign(s0, g, 2 * q + 1) << 16), 0u, 0u,
+                           h_sign(s1, g, 2 * q) | (h_sign(s1, g, 2 * q + 1) << 16)};
   // ldmatrix.x4.trans: lane l gives row w' = l & 7 of matrix mi = l >> 3 (e = mi & 1, blk = mi >> 1): smem row
   // 16 v + 8 e + w', chunk 2 cp + blk; registers 0, 1 = B (b0, b1) of column block blk = 0, registers 2, 3 of blk = 1.
   // With cp = 4 cph + cpl the physical chunk is 8 cph + ((blk ^ swz) ^ 2 cpl): byte offset ld0 ^ 32 cpl, cph an

@@ -125,13 +125,20 @@ CLUSTER_MAX_SPLIT = 16  # largest thread block cluster on sm_90 (non-portable si
 # 32 us for the same split through the accumulator, and deterministic plans of two or three waves (4096x11008 m = 64
 # split 9, qkv m = 256 split 11) were slower than split 1.
 CLUSTER_PLAN_MAX_SPLIT = 8
+# Deterministic mode's cluster split (the one-wave rule below) is rounded down to a power of two from m = CLUSTER_MIN_M,
+# where the autotuner's first-pass timings cover every cluster split: at m = 128 (gemm-319a3a1-k4.json "autotune_us",
+# BM128) qkv took 49.4 us at split 5 against 41.0 at 4 and 45.0 at 8, and 17408x5120 ran split 6 at 166.5 us in
+# deterministic mode (profiles/reconstruct-s11/det_tcn_newrule.json) against first-pass 122.4 at split 4 and 120.7 at 8.
+# Below m = 32 (no cluster timings) the one-wave split stays as it is.
 # Deterministic mode never times, so the cost model picks its path. From m = DET_RECON_N_MIN_M to below
-# DET_RECON_MAX_M it takes reconstruct_n (no atomics: W_n, then cuBLAS), then reconstruct. The autotuner's cold first-pass
+# DET_RECON_MAX_M it takes reconstruct_n (no atomics: W_n, then cuBLAS) for one-shard layers and reconstruct for fused
+# ones, then reconstruct (a lowered CUDA_EXL3_RECON_MIN_M, recon_min_m, wins over this rule). History: the first rule
+# (bucket 512 only) came from these timings. The autotuner's cold first-pass
 # timings of the deterministic candidates at 38941ac (bench/results/gemm-38941ac-k4.json, "autotune_us") had
 # reconstruct_n fastest of them at m = 512 and 1024 on four of the five shapes and within 10% on the fifth (qkv m = 512:
 # wgmma split 1 83 us, reconstruct_n 90), where the cost model ran the BM128 GEMM at split 1 (4096x4096 m = 512: 70 against
 # 49 us) or reconstruct (4096x11008 m = 1024: 234 against 186 us); at m = 256 it lost on the qkv shape (a cluster GEMM
-# 67 us), so m = 256 keeps the GEMM. Since the reconstruct kernel's rewrite (ff24d76) reconstruct is the faster of the
+# 67 us), so m = 256 kept the GEMM then (changed in the eleventh session, below). Since the reconstruct kernel's rewrite (ff24d76) reconstruct is the faster of the
 # two from bucket 1024: in the same kind of timings (bench/results/profiles/reconstruct-s10/ab_rcf_r1.json, us,
 # reconstruct / reconstruct_n) m = 1024: 4096x4096 65 / 68, 4096x11008 179 / 179, 5120x12288 231 / 226, 17408x5120
 # 315 / 322, qkv 102 / 122; m = 2048: 112 / 119, 293 / 296, 387 / 389, 536 / 561, 165 / 195 (and the timed mode picks
@@ -144,7 +151,7 @@ CLUSTER_PLAN_MAX_SPLIT = 8
 # transform per shard's suh), reconstruct one for the fused W (qkv: 57.7 vs 76.8 us at 256, 66.4 vs 85.8 at 512).
 DET_RECON_N_MIN_M = 256
 DET_RECON_MAX_M = 1024
-# Below that, from m = WGMMA_MIN_M (buckets 128 and 256), deterministic mode takes the wgmma GEMM at split 1 (no atomics:
+# For buckets 128 and 256 (m = WGMMA_MIN_M .. DET_WGMMA_MAX_M) deterministic mode takes the wgmma GEMM at split 1 (no atomics:
 # its register epilogue writes y) where the device has it and the layer has at least DET_WGMMA_MIN_TILES_PER_SM
 # 128-column tiles per SM: in the same timings it was the fastest deterministic candidate on 4096x11008 (86 tiles for
 # 132 SMs; m = 128 55.8 us, m = 256 70.3, against 61.5 / 96.4 for the best cluster GEMM and 115.1 for the BM128 split 1
@@ -215,6 +222,8 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
     split = 1
     if deterministic and cluster_splitk:
         split = min(CLUSTER_PLAN_MAX_SPLIT, max_split(shape), cap // blocks)
+        if m >= CLUSTER_MIN_M and split >= 2:
+            split = 1 << (split.bit_length() - 1)  # DET_CLUSTER_POW2: 5 -> 4, 6 -> 4
         return Plan("gemm", bm, split, cluster=True) if split >= 2 else Plan("gemm", bm, 1)
     allowed = lambda s: splitk_allowed(shape, m, s, acc_capacity)  # noqa: E731
     if not deterministic and blocks < cap:

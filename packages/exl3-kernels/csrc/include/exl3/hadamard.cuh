@@ -24,7 +24,15 @@ __device__ __forceinline__ void bfly(float& lo, float& hi) {
 
 // H16[r][c] = (-1)^popcount(r & c) as fp16 bits (+1.0 = 0x3C00, -1.0 = 0xBC00: exact), for the tensor-core parts of
 // the reconstruct kernels. Fragment layouts: mma.cuh (g = lane / 4, q = lane % 4).
-__device__ __forceinline__ uint32_t h16_entry(int r, int c) { return (__popc(r & c) & 1) ? 0xBC00u : 0x3C00u; }
+// kOne: the fp16 bits of the entries' magnitude (0x3C00 = 1; reconstruct_bf16.cu uses 0x3400 = 1/4, still exact).
+template <uint32_t kOne = 0x3C00u>
+__device__ __forceinline__ uint32_t h16_entry(int r, int c) { return (__popc(r & c) & 1) ? (kOne | 0x8000u) : kOne; }
+
+// fp16 bits of +-x: the sign of H[i][j] = (-1)^popcount(i & j) applied to the fp16 value x (exact; reconstruct_bf16.cu's
+// scaled H8 operands).
+__device__ __forceinline__ uint32_t h_sign(uint32_t x16, int i, int j) {
+  return x16 ^ (static_cast<uint32_t>(__popc(i & j) & 1) << 15);
+}
 
 // A fragment of H16: a0 = rows g, cols 2q, 2q+1; a1 = rows g+8; a2 = cols +8; a3 = both.
 __device__ __forceinline__ void h16_a_fragment(int lane, uint32_t a[4]) {
@@ -36,11 +44,12 @@ __device__ __forceinline__ void h16_a_fragment(int lane, uint32_t a[4]) {
   a[3] = pair(g + 8, 2 * q + 8);
 }
 
-// B fragment of H16[:, 8h .. 8h+7]: b0 = rows 2q, 2q+1 of column g, b1 = rows 2q+8, 2q+9.
+// B fragment of H16[:, 8h .. 8h+7] (entries +-kOne): b0 = rows 2q, 2q+1 of column g, b1 = rows 2q+8, 2q+9.
+template <uint32_t kOne = 0x3C00u>
 __device__ __forceinline__ void h16_b_fragment(int lane, int h, uint32_t& b0, uint32_t& b1) {
   const int g = lane >> 2, q = lane & 3, c = 8 * h + g;
-  b0 = h16_entry(2 * q, c) | (h16_entry(2 * q + 1, c) << 16);
-  b1 = h16_entry(2 * q + 8, c) | (h16_entry(2 * q + 9, c) << 16);
+  b0 = h16_entry<kOne>(2 * q, c) | (h16_entry<kOne>(2 * q + 1, c) << 16);
+  b1 = h16_entry<kOne>(2 * q + 8, c) | (h16_entry<kOne>(2 * q + 9, c) << 16);
 }
 
 __device__ __forceinline__ void fwht128_lane4(float v[4], int lane) {

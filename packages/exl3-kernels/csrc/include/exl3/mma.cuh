@@ -66,6 +66,31 @@ __device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// D = A B with a zero accumulator (ptxas uses RZ for C).
+__device__ __forceinline__ void mma_16816_z(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
+}
+
+// ldmatrix.x4.trans at a raw shared address plus an immediate offset: lane (g, q) of matrix i receives rows 2q, 2q + 1
+// of column g (the B fragment of a row-major [k][n] tile).
+template <int kOff>
+__device__ __forceinline__ void ldmatrix_x4_trans_at(uint32_t r[4], uint32_t smem_addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4+%5];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr), "n"(kOff));
+}
+
+// 16-byte shared store at a raw address plus an immediate offset.
+template <int kOff>
+__device__ __forceinline__ void sts128_at(uint32_t smem_addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.shared.v4.u32 [%0+%1], {%2,%3,%4,%5};\n" ::"r"(smem_addr), "n"(kOff), "r"(a), "r"(b), "r"(c), "r"(d)
+               : "memory");
+}
+
 // Vector fp32 reduction into global memory (split-k partials). sm_90+ has a 16-byte red; older
 // parts fall back to four scalar atomics (same result, more L2 transactions).
 __device__ __forceinline__ void red_add_f32x4(float* gmem, float4 v) {
