@@ -559,21 +559,24 @@ def test_cluster_plans_need_no_accumulator():
     assert cost_model(sq, 1, 132, 1 << 10, deterministic=True, cluster_splitk=True) == Plan("gemm", 16, 8, cluster=True)
 
 
-def test_deterministic_cluster_split_is_a_power_of_two_from_m_32():
+def test_deterministic_cluster_split_is_a_power_of_two_at_bm128():
     """Deterministic mode's cluster split: the largest that keeps the grid within one wave, rounded down to a power of two
-    from m = CLUSTER_MIN_M (split 5 and 6 clusters measured slower than 4 at m = 128, plan.py); below m = 32 unchanged."""
+    for BM128 (split 5 and 6 clusters measured slower than 4 at m = 128, plan.DET_CLUSTER_POW2_MIN_BM); the smaller
+    tiers keep the one-wave split even where it is not a power of two."""
     qkv = LayerShape(4096, (4096, 1024, 1024), (8, 10, 10), 1)
     deep = LayerShape(17408, (5120,), (8,), 1)
     for shape in (qkv, deep):
-        p = cost_model(shape, 128, 132, ACC, deterministic=True, cluster_splitk=True)
-        assert p.path == "gemm" and p.cluster and p.split == 4, (shape, p)
-        for m in (32, 64, 100, 128):
-            s = cost_model(shape, m, 132, ACC, deterministic=True, cluster_splitk=True).split
-            assert s & (s - 1) == 0, (shape, m, s)
-    # m < 32 keeps the one-wave split: 4096x11008 at m = 1 has 86 BM16 blocks, 6 per wave
-    mid = LayerShape(4096, (11008,), (8,), 1)
-    assert cost_model(mid, 1, 132, ACC, deterministic=True, cluster_splitk=True).split == \
-        BLOCKS_PER_SM[16] * 132 // 86
+        for m in (65, 100, 128):  # bucket 128: BM128, one-wave split 5 (qkv: 48 blocks) or 6 (40 blocks) -> 4
+            one_wave = BLOCKS_PER_SM[128] * 132 // (shape.n_total // 128)
+            assert one_wave in (5, 6)
+            p = cost_model(shape, m, 132, ACC, deterministic=True, cluster_splitk=True)
+            assert p == Plan("gemm", 128, 4, cluster=True), (shape, m, p)
+    # BM16 / BM32 / BM64 keep a one-wave split that is not a power of two (6 here: 80 or 64 column blocks)
+    for n, m, bm in ((10240, 1, 16), (8192, 32, 32), (8192, 64, 64)):
+        shape = LayerShape(4096, (n,), (8,), 1)
+        one_wave = BLOCKS_PER_SM[bm] * 132 // (n // 128 * math.ceil(m / bm))
+        p = cost_model(shape, m, 132, ACC, deterministic=True, cluster_splitk=True)
+        assert p == Plan("gemm", bm, 6, cluster=True) and one_wave == 6, (n, m, p, one_wave)
 
 
 def test_deterministic_mode_dense_path_by_m():

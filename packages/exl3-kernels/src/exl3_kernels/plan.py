@@ -125,11 +125,13 @@ CLUSTER_MAX_SPLIT = 16  # largest thread block cluster on sm_90 (non-portable si
 # 32 us for the same split through the accumulator, and deterministic plans of two or three waves (4096x11008 m = 64
 # split 9, qkv m = 256 split 11) were slower than split 1.
 CLUSTER_PLAN_MAX_SPLIT = 8
-# Deterministic mode's cluster split (the one-wave rule below) is rounded down to a power of two from m = CLUSTER_MIN_M,
-# where the autotuner's first-pass timings cover every cluster split: at m = 128 (gemm-319a3a1-k4.json "autotune_us",
-# BM128) qkv took 49.4 us at split 5 against 41.0 at 4 and 45.0 at 8, and 17408x5120 ran split 6 at 166.5 us in
-# deterministic mode (profiles/reconstruct-s11/det_tcn_newrule.json) against first-pass 122.4 at split 4 and 120.7 at 8.
-# Below m = 32 (no cluster timings) the one-wave split stays as it is.
+# Deterministic mode's cluster split (the one-wave rule in cost_model) is rounded down to a power of two for BM128 (bucket
+# 128), the only tier with evidence: at m = 128 (gemm-319a3a1-k4.json "autotune_us") qkv took 49.4 us at split 5 against
+# 41.0 at 4 and 45.0 at 8, and 17408x5120 ran split 6 at 166.5 us in deterministic mode
+# (profiles/reconstruct-s11/det_tcn_newrule.json) against first-pass 122.4 at split 4 and 120.7 at 8; with the rule
+# 37.2 and 119.4 us (det_tcr_pow2.json). Smaller tiers keep the one-wave split: where it is not a power of two there, the
+# timings favour it (17408x5120 m = 32, BM16: split 6 79.6 us, split 4 92.2).
+DET_CLUSTER_POW2_MIN_BM = 128
 # Deterministic mode never times, so the cost model picks its path. From m = DET_RECON_N_MIN_M to below
 # DET_RECON_MAX_M it takes reconstruct_n (no atomics: W_n, then cuBLAS) for one-shard layers and reconstruct for fused
 # ones, then reconstruct (a lowered CUDA_EXL3_RECON_MIN_M, recon_min_m, wins over this rule). History: the first rule
@@ -204,8 +206,9 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
       (:func:`wave_splits`), within :func:`splitk_allowed` and :func:`max_split`.
     - ``deterministic``: no split-k (no atomics), unless ``cluster_splitk``: the split-k GEMM then reduces inside a
       thread block cluster in a fixed order (sm_90+), bit-identical from run to run; the split is the largest that
-      keeps the grid within one wave of resident blocks, at most CLUSTER_PLAN_MAX_SPLIT (no accumulator traffic, so no
-      traffic rule and no accumulator, so no capacity rule either), and the plan has ``cluster`` set.
+      keeps the grid within one wave of resident blocks, at most CLUSTER_PLAN_MAX_SPLIT, rounded down to a power of two
+      for BM >= DET_CLUSTER_POW2_MIN_BM (no accumulator traffic, so no traffic rule and no accumulator, so no capacity
+      rule either), and the plan has ``cluster`` set.
     """
     if deterministic:
         m = m_bucket(m)  # the plan must not depend on which m of its bucket came first (same bits in every process)
@@ -222,8 +225,8 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
     split = 1
     if deterministic and cluster_splitk:
         split = min(CLUSTER_PLAN_MAX_SPLIT, max_split(shape), cap // blocks)
-        if m >= CLUSTER_MIN_M and split >= 2:
-            split = 1 << (split.bit_length() - 1)  # DET_CLUSTER_POW2: 5 -> 4, 6 -> 4
+        if bm >= DET_CLUSTER_POW2_MIN_BM and split >= 2:
+            split = 1 << (split.bit_length() - 1)  # 5 -> 4, 6 -> 4 (DET_CLUSTER_POW2_MIN_BM's comment)
         return Plan("gemm", bm, split, cluster=True) if split >= 2 else Plan("gemm", bm, 1)
     allowed = lambda s: splitk_allowed(shape, m, s, acc_capacity)  # noqa: E731
     if not deterministic and blocks < cap:

@@ -365,13 +365,15 @@ def test_deterministic_mode_bit_identical(monkeypatch):
     t3, u3, v3, b3 = random_layer(4096, [1024, 256, 256], [8, 8, 8], seed=4, bias=True)
     fused = Exl3Layer(t3, u3, v3, cb, b3)
     before = dict(autotune.cached_plans())
-    for m in (200, 300):
-        xf = torch.randn(m, 4096, device="cuda", dtype=torch.float16)
-        yf = [exl3_linear(xf, fused) for _ in range(3)]
-        assert all(torch.equal(yf[0], y) for y in yf[1:]), m
-        assert rel_err(yf[0], reference_forward(xf, t3, u3, v3, b3, cb)) < TOL[torch.float16], m
+    for dt in (torch.float16, torch.bfloat16):  # bf16: W from reconstruct_bf16.cu (2x the bf16 tolerance on that path)
+        for m in (200, 300):
+            xf = torch.randn(m, 4096, device="cuda", dtype=dt)
+            yf = [exl3_linear(xf, fused) for _ in range(3)]
+            assert all(torch.equal(yf[0], y) for y in yf[1:]), (dt, m)
+            tol = TOL[dt] * (2 if dt == torch.bfloat16 else 1)
+            assert rel_err(yf[0], reference_forward(xf, t3, u3, v3, b3, cb)) < tol, (dt, m)
     new = [p for k, p in autotune.cached_plans().items() if k not in before]
-    assert len(new) == 2 and all(p.path == "reconstruct" for p in new), new
+    assert len(new) == 4 and all(p.path == "reconstruct" for p in new), new
     if _ops.cluster_splitk_available(x.device):  # split-k through the cluster's fixed-order reduction only
         assert any(p.split > 1 for p in plans), plans
         assert all(p.path == "reconstruct" or p.split == 1 or (p.cluster and p.split <= 8) for p in plans), plans
@@ -781,6 +783,28 @@ def test_reconstruct_bf16_column_ranges_give_every_super_tile_the_same_bits():
     rms = (full.double() - exact).pow(2).mean().sqrt()
     rms_round = (exact.float().bfloat16().double() - exact).pow(2).mean().sqrt()
     assert rms_round < rms <= 1.04 * rms_round, (rms.item(), rms_round.item())
+
+
+@pytest.mark.parametrize("scale", [1e-4, 1e-5])
+def test_reconstruct_bf16_small_suh(scale):
+    """reconstruct_bf16.cu rounds T = suh H8 Q to fp16; with Q = P H16 / 4 the weight's error stays within 4% of bf16
+    rounding's down to |suh| ~ 1e-5 (the kernel's header; real suh is ~1e-2, MoE up_proj ~1e-4). The test's layer with
+    suh rescaled to a mean |suh| of `scale`: rms error against the exact float64 product within 4% of bf16 rounding's
+    (on the H200 this layer measured 1.043x at 3e-6, the header's recorded degradation, not asserted)."""
+    cb, trellis, suh, svh, w_hat, h128 = _mixed_k_layer_and_w_hat(seed=37)
+    suh = [(s.float() * (scale / s.float().abs().mean())).half() for s in suh]
+    got = _ops.reconstruct(trellis, suh, svh, CBS[cb], dtype=torch.bfloat16).double()
+    exact = torch.empty_like(w_hat)
+    off = 0
+    for t, su, sv in zip(trellis, suh, svh):
+        n = t.shape[1] * 16
+        x = w_hat[:, off:off + n].reshape(3, 128, n // 128, 128)
+        x = torch.einsum("ij,ajbk,kl->aibl", h128, x, h128).reshape(384, n)
+        exact[:, off:off + n] = x * su.double()[:, None] * sv.double() / 128
+        off += n
+    rms = (got - exact).pow(2).mean().sqrt()
+    rms_round = (exact.float().bfloat16().double() - exact).pow(2).mean().sqrt()
+    assert rms_round < rms <= 1.04 * rms_round, (scale, (rms / rms_round).item())
 
 
 @pytest.mark.parametrize("x_dtype", [torch.float16, torch.bfloat16])
