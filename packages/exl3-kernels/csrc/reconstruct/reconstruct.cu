@@ -1,6 +1,6 @@
 // Dense reconstruction of a (fused) EXL3 layer, used by the large-m path (W, then one cuBLAS GEMM) for fp16 outputs
 // and, with transform = 0, by the decoder tests (Ŵ bit-exact against exllamav3's reconstruct). bf16 outputs with
-// transforms go to reconstruct_bf16.cu (every transform stage an MMA, 2-12% faster, Q and T rounded to fp16) when W is
+// transforms go to reconstruct_bf16.cu (every transform stage an MMA, 6-18% faster, Q and T rounded to fp16) when W is
 // 16-byte aligned; this kernel keeps them otherwise (launch_reconstruct below).
 //
 //   W[k, c] = suh[k] * (H_k Ŵ H_n)[k, c] * svh[c] / 128      (docs/exl3-format.md §4.2)

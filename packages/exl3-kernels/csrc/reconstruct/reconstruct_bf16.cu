@@ -121,14 +121,18 @@ __device__ __forceinline__ void tc_phase1(const ReconstructParams& p, const TcTi
   }
 }
 
-// Resident blocks per SM asked of ptxas: 3 (80 registers; shared memory would allow 6). Measured on the H200 (K = 4 mcg,
-// bench_reconstruct, bench/results/profiles/reconstruct-s11/): 4 blocks (64 registers) spilled 116 bytes per thread in
-// phase 1 and took 20.5 us on 4096 x 4096 against 18.2 at 3; 2 blocks (128 registers) 18.5 / 50.2 us on 4096 x 4096 /
-// 4096 x 11008 against 18.2 / 43.5. A persistent variant (each block walking several super-tiles with double-buffered
-// shared memory, optionally loading the next super-tile's trellis during phase 2) measured the same or slower (18.5 /
-// 43.7 us; with the prefetch 21.9 / 49.2: its registers spilled), so one super-tile per block it is.
+// Resident blocks per SM asked of ptxas: 4 (64 registers, 32 warps per SM; shared memory would allow 6). Measured on the
+// H200 (K = 4 mcg, bench_reconstruct, bench/results/profiles/reconstruct-s11/parts-call7-tcr-vs-4blocks.txt, us, two
+// rounds in one call) against 3 blocks (80 registers): 4096 x 4096 16.0-16.1 vs 17.7, 4096 x 11008 38.6 vs 42.4,
+// 5120 x 12288 52.0-52.1 vs 56.6-56.8, 17408 x 5120 71.2-71.5 vs 76.6-77.0, qkv 25.4-25.6 vs 26.2-26.8; ptxas spills 8
+// bytes per thread at K = 4 (mcg; up to 76 bytes in other K paths of the all-K build). The first build of this kernel
+// spilled 116 bytes at 64 registers and lost (20.5 us on 4096 x 4096); the 4-word table and the range split of the review
+// made the difference. 2 blocks (128 registers) measured 18.5 / 50.2 us on 4096 x 4096 / 4096 x 11008. A persistent
+// variant (each block walking several super-tiles with double-buffered shared memory, optionally loading the next
+// super-tile's trellis during phase 2) measured the same or slower (18.5 / 43.7 us; with the prefetch 21.9 / 49.2: its
+// registers spilled), so one super-tile per block it is.
 #ifndef EXL3_RECONSTRUCT_BF16_MIN_BLOCKS
-#define EXL3_RECONSTRUCT_BF16_MIN_BLOCKS 3
+#define EXL3_RECONSTRUCT_BF16_MIN_BLOCKS 4
 #endif
 // One block per 128 x 128 super-tile: blockIdx.x = column block (fastest), blockIdx.y = k block.
 template <int CB>
