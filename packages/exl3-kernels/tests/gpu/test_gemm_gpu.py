@@ -753,6 +753,22 @@ def test_reconstruct_weight_vs_torch(kernel):
             assert rms <= (1.04 if kernel == "bf16" else 1.02) * rms_round, (rms.item(), rms_round.item())
 
 
+def _exact_weight(w_hat, trellis, suh, svh):
+    """W = diag(suh) H Ŵ H diag(svh) / 128 per 128 x 128 super-tile in float64 (docs/exl3-format.md §4.2) from the exact
+    Ŵ [k, n_total] of the transform-free reconstruct; trellis (for the shard widths), suh and svh per shard in order."""
+    k = w_hat.shape[0]
+    h128 = torch.tensor([[(-1) ** bin(r & c).count("1") for c in range(128)] for r in range(128)],
+                        dtype=torch.float64, device=w_hat.device)
+    exact = torch.empty_like(w_hat)
+    off = 0
+    for t, su, sv in zip(trellis, suh, svh):
+        n = t.shape[1] * 16
+        x = torch.einsum("ij,ajbk,kl->aibl", h128, w_hat[:, off:off + n].reshape(k // 128, 128, n // 128, 128), h128)
+        exact[:, off:off + n] = x.reshape(k, n) * su.double()[:, None] * sv.double() / 128
+        off += n
+    return exact
+
+
 def test_reconstruct_bf16_column_ranges_give_every_super_tile_the_same_bits():
     """reconstruct_bf16.cu on a layer of 1024 super-tiles (k = 4096, three mixed-K shards, more blocks than are resident
     at once): one launch over all columns, one over an inner range starting and ending inside shards, and one launch
@@ -770,16 +786,7 @@ def test_reconstruct_bf16_column_ranges_give_every_super_tile_the_same_bits():
         assert torch.equal(one, full[:, c0:c0 + 128]), c0
     # and the values are the weight: against the exact float64 product, the rms error of bf16 rounding (within 4%)
     w_hat = _ops.reconstruct(trellis, suh, svh, CBS[cb], transform=False).double()
-    h128 = torch.tensor([[(-1) ** bin(r & c).count("1") for c in range(128)] for r in range(128)],
-                        dtype=torch.float64, device="cuda")
-    exact = torch.empty_like(w_hat)
-    off = 0
-    for t, su, sv in zip(trellis, suh, svh):
-        n = t.shape[1] * 16
-        x = w_hat[:, off:off + n].reshape(32, 128, n // 128, 128)
-        x = torch.einsum("ij,ajbk,kl->aibl", h128, x, h128).reshape(4096, n)
-        exact[:, off:off + n] = x * su.double()[:, None] * sv.double() / 128
-        off += n
+    exact = _exact_weight(w_hat, trellis, suh, svh)
     rms = (full.double() - exact).pow(2).mean().sqrt()
     rms_round = (exact.float().bfloat16().double() - exact).pow(2).mean().sqrt()
     assert rms_round < rms <= 1.04 * rms_round, (rms.item(), rms_round.item())
@@ -791,17 +798,10 @@ def test_reconstruct_bf16_small_suh(scale):
     rounding's down to |suh| ~ 1e-5 (the kernel's header; real suh is ~1e-2, MoE up_proj ~1e-4). The test's layer with
     suh rescaled to a mean |suh| of `scale`: rms error against the exact float64 product within 4% of bf16 rounding's
     (on the H200 this layer measured 1.043x at 3e-6, the header's recorded degradation, not asserted)."""
-    cb, trellis, suh, svh, w_hat, h128 = _mixed_k_layer_and_w_hat(seed=37)
+    cb, trellis, suh, svh, w_hat, _ = _mixed_k_layer_and_w_hat(seed=37)
     suh = [(s.float() * (scale / s.float().abs().mean())).half() for s in suh]
     got = _ops.reconstruct(trellis, suh, svh, CBS[cb], dtype=torch.bfloat16).double()
-    exact = torch.empty_like(w_hat)
-    off = 0
-    for t, su, sv in zip(trellis, suh, svh):
-        n = t.shape[1] * 16
-        x = w_hat[:, off:off + n].reshape(3, 128, n // 128, 128)
-        x = torch.einsum("ij,ajbk,kl->aibl", h128, x, h128).reshape(384, n)
-        exact[:, off:off + n] = x * su.double()[:, None] * sv.double() / 128
-        off += n
+    exact = _exact_weight(w_hat, trellis, suh, svh)
     rms = (got - exact).pow(2).mean().sqrt()
     rms_round = (exact.float().bfloat16().double() - exact).pow(2).mean().sqrt()
     assert rms_round < rms <= 1.04 * rms_round, (scale, (rms / rms_round).item())
