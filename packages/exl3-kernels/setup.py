@@ -11,11 +11,11 @@ Environment (read at build time):
 - MAX_JOBS: parallel nvcc jobs (ninja).
 - CUDA_EXL3_PTXAS_VERBOSE=1: print registers / spills per kernel.
 
-The Hopper wgmma GEMM (csrc/gemm_sm90/wgmma_gemm.cu) needs the arch-specific target sm_90a, which no other
-translation unit uses: when TORCH_CUDA_ARCH_LIST contains 9.0 it is compiled by its own nvcc call with
-`-gencode=arch=compute_90a,code=sm_90a` (run in parallel with the ninja build of the rest, linked as an extra
-object); otherwise csrc/gemm_sm90/wgmma_stub.cpp reports it as not built. The reduced (CI) set builds it for the
-reduced codebooks (about 10 s of one core for all three codebooks).
+The Hopper wgmma GEMMs (csrc/gemm_sm90/wgmma_gemm.cu, wgmma_rs_gemm.cu) need the arch-specific target sm_90a, which
+no other translation unit uses: when TORCH_CUDA_ARCH_LIST contains 9.0 each is compiled by its own nvcc call with
+`-gencode=arch=compute_90a,code=sm_90a` (run in parallel with the ninja build of the rest, linked as extra
+objects); otherwise csrc/gemm_sm90/wgmma_stub.cpp reports them as not built. The reduced (CI) set builds them for the
+reduced codebooks and K set.
 """
 from __future__ import annotations
 
@@ -121,7 +121,8 @@ def _wgmma_cb_mask() -> int:
     return sum(1 << cb for cb in cbs)
 
 
-WGMMA_SRC = "csrc/gemm_sm90/wgmma_gemm.cu"
+# The sm_90a translation units (the wgmma GEMM and the register-A wgmma GEMM), each compiled by its own nvcc call.
+WGMMA_SRCS = ("csrc/gemm_sm90/wgmma_gemm.cu", "csrc/gemm_sm90/wgmma_rs_gemm.cu")
 WGMMA_STUB = "csrc/gemm_sm90/wgmma_stub.cpp"
 
 
@@ -178,34 +179,35 @@ def extensions():
 
 
 def _with_sm90a_object(base, nvcc: str, flags: list[str]):
-    """build_ext that compiles the sm_90a wgmma TU with its own nvcc call (torch's CUDAExtension applies one set of
-    -gencode flags to every .cu) while ninja builds the rest, and links the object into the same library. Rebuilt
-    when any file under csrc/ or the flags changed since the object was written."""
+    """build_ext that compiles the sm_90a TUs (WGMMA_SRCS) with their own nvcc calls (torch's CUDAExtension applies one
+    set of -gencode flags to every .cu) while ninja builds the rest, and links the objects into the same library. An
+    object is rebuilt when any file under csrc/ or the flags changed since it was written."""
     import hashlib
     import subprocess
 
     class BuildWithSm90a(base):
         def build_extension(self, ext):
-            obj = Path(self.build_temp).resolve() / "gemm_sm90" / "wgmma_gemm.o"
-            stamp = obj.with_suffix(".flags")
             key = hashlib.sha256(" ".join([nvcc, *flags, os.environ.get("NVCC_APPEND_FLAGS", "")]).encode()).hexdigest()
             newest = max(f.stat().st_mtime for f in CSRC.rglob("*") if f.is_file())
-            fresh = (obj.exists() and stamp.exists() and stamp.read_text() == key
-                     and obj.stat().st_mtime >= newest)
-            job = None
-            if not fresh:
-                obj.parent.mkdir(parents=True, exist_ok=True)
-                cmd = [nvcc, "-c", str(HERE / WGMMA_SRC), "-o", str(obj), *flags]
-                print("exl3-kernels: " + " ".join(cmd), file=sys.stderr)
-                job = subprocess.Popen(cmd)
-            if str(obj) not in ext.extra_objects:
-                ext.extra_objects.append(str(obj))
+            jobs = []  # (source, object stamp, process)
+            for src in WGMMA_SRCS:
+                obj = Path(self.build_temp).resolve() / "gemm_sm90" / (Path(src).stem + ".o")
+                stamp = obj.with_suffix(".flags")
+                fresh = (obj.exists() and stamp.exists() and stamp.read_text() == key
+                         and obj.stat().st_mtime >= newest)
+                if not fresh:
+                    obj.parent.mkdir(parents=True, exist_ok=True)
+                    cmd = [nvcc, "-c", str(HERE / src), "-o", str(obj), *flags]
+                    print("exl3-kernels: " + " ".join(cmd), file=sys.stderr)
+                    jobs.append((src, stamp, subprocess.Popen(cmd)))
+                if str(obj) not in ext.extra_objects:
+                    ext.extra_objects.append(str(obj))
             link = self.compiler.link
 
             def link_after_sm90a(*args, **kwargs):
-                if job is not None and job.wait() != 0:
-                    raise SystemExit(f"exl3-kernels: nvcc failed on {WGMMA_SRC} (exit {job.returncode})")
-                if job is not None:
+                for src, stamp, job in jobs:
+                    if job.wait() != 0:
+                        raise SystemExit(f"exl3-kernels: nvcc failed on {src} (exit {job.returncode})")
                     stamp.write_text(key)
                 return link(*args, **kwargs)
 
@@ -214,8 +216,9 @@ def _with_sm90a_object(base, nvcc: str, flags: list[str]):
                 super().build_extension(ext)
             finally:
                 self.compiler.link = link
-                if job is not None and job.poll() is None:
-                    job.kill()
+                for _, _, job in jobs:
+                    if job.poll() is None:
+                        job.kill()
 
     return BuildWithSm90a
 

@@ -653,3 +653,57 @@ def test_deterministic_mode_wgmma_rule():
     assert cost_model(LayerShape(4096, (65 * 128,), (8,), 1), 200, 132, ACC, deterministic=True, wgmma=True).path == \
         "reconstruct_n"
     assert cost_model(LayerShape(4096, (65 * 128,), (8,), 1), 100, 132, ACC, deterministic=True, wgmma=True).path == "gemm"
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("m", [1, 3, 8, 16, 17, 64, 100, 128, 256])
+def test_rs_plans_tiers_splits_and_accumulator(shape, m):
+    """The register-A wgmma plans: offered only with ``wgmma_rs``, outside deterministic mode and up to RS_MAX_M; BM the
+    RS tier covering m and those >= m / 2 below it; split 1 always (when the accumulator holds the bucket), every split
+    within max_split and the accumulator traffic rule; none when the accumulator is too small for the bucket."""
+    from exl3_kernels.plan import RS_BM_TIERS, RS_MAX_M, rs_plans
+
+    plans = rs_plans(shape, m, 132, ACC)
+    assert plans and all(p.path == "wgmma_rs" for p in plans)
+    top = pick_bm(m, RS_BM_TIERS)
+    assert {p.bm for p in plans} == {top} | {b for b in RS_BM_TIERS if m / 2 <= b <= top}
+    for bm in {p.bm for p in plans}:
+        assert Plan("wgmma_rs", bm, 1) in plans
+    for p in plans:
+        assert 1 <= p.split <= max_split(shape) and (p.split == 1 or splitk_allowed(shape, m, p.split, ACC))
+    assert rs_plans(shape, m, 132, m_bucket(m) * shape.n_total - 1) == []
+    assert not any(c.path == "wgmma_rs" for c in candidates(shape, m, 132, ACC))
+    with_rs = candidates(shape, m, 132, ACC, wgmma_rs=True)
+    assert [c for c in with_rs if c.path == "wgmma_rs"] == plans
+    assert not any(c.path == "wgmma_rs" for c in candidates(shape, m, 132, ACC, deterministic=True, wgmma_rs=True))
+    assert rs_plans(shape, RS_MAX_M + 1, 132, 1 << 40) == []
+    assert str(Plan("wgmma_rs", 32, 4)) == "wgmma_rs(bm=32,split=4)"
+
+
+def test_rs_pins_and_kernel_count(monkeypatch):
+    """CUDA_EXL3_PATH=wgmma_rs keeps an RS tier BM (else the largest), CUDA_EXL3_BM applies only with an RS tier,
+    deterministic mode turns a pinned split into 1; one call is three kernels at every split."""
+    from exl3_kernels import autotune
+    from exl3_kernels.autotune import kernel_count
+
+    for v in ("PATH", "BM", "SPLIT", "LOHI", "DETERMINISTIC"):
+        monkeypatch.delenv(f"CUDA_EXL3_{v}", raising=False)
+    monkeypatch.setenv("CUDA_EXL3_PATH", "wgmma_rs")
+    assert autotune._apply_pins(Plan("gemm", 32, 4)) == Plan("wgmma_rs", 32, 4)
+    assert autotune._apply_pins(Plan("wgmma", 256, 2)) == Plan("wgmma_rs", 128, 2)
+    assert autotune._apply_pins(Plan("gemm", 16, 8, fused_it=True, cluster=True)) == Plan("wgmma_rs", 16, 8)
+    monkeypatch.setenv("CUDA_EXL3_BM", "8")
+    assert autotune._apply_pins(Plan("gemm", 64, 1)) == Plan("wgmma_rs", 8, 1)
+    monkeypatch.setenv("CUDA_EXL3_BM", "48")
+    assert autotune._apply_pins(Plan("gemm", 64, 1)).bm == 64
+    monkeypatch.delenv("CUDA_EXL3_BM")
+    monkeypatch.setenv("CUDA_EXL3_SPLIT", "6")
+    monkeypatch.setenv("CUDA_EXL3_DETERMINISTIC", "1")
+    assert autotune._apply_pins(Plan("gemm", 64, 1)) == Plan("wgmma_rs", 64, 1)
+    monkeypatch.delenv("CUDA_EXL3_DETERMINISTIC")
+    assert autotune._apply_pins(Plan("gemm", 64, 1)) == Plan("wgmma_rs", 64, 6)
+    monkeypatch.setenv("CUDA_EXL3_PATH", "gemm")
+    monkeypatch.delenv("CUDA_EXL3_SPLIT")
+    assert autotune._apply_pins(Plan("wgmma_rs", 8, 3)) == Plan("gemm", 128, 3)
+    for split in (1, 4):
+        assert kernel_count(Plan("wgmma_rs", 64, split)) == 3

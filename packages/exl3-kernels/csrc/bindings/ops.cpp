@@ -310,6 +310,39 @@ Tensor gemm_wgmma(const Tensor& xh, const std::vector<Tensor>& trellis, const st
   return y;
 }
 
+// The register-A Hopper GEMM (csrc/gemm_sm90/wgmma_rs_gemm.cu): the contract of gemm for BM 8, 16, 32, 64 or 128, except
+// that `acc` is used at every split (the kernel adds its partial sums there and splitk_epilogue writes y), so it must
+// hold m * n_total fp32 zeros even at split 1. sm_90a code only.
+Tensor gemm_wgmma_rs(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh,
+                     const std::optional<Tensor>& bias, int64_t codebook, int64_t bm, int64_t split, const Tensor& acc,
+                     at::ScalarType out_dtype, bool pdl) {
+  TORCH_CHECK(exl3::gemm_wgmma_rs_built(static_cast<int>(codebook), static_cast<int>(bm)),
+              "exl3_kernels.gemm_wgmma_rs: no register-A wgmma GEMM for codebook ", codebook, " and BM ", bm,
+              " in this library (BM must be 8, 16, 32, 64 or 128, and the build needs 9.0 in TORCH_CUDA_ARCH_LIST; see "
+              "wgmma_codebooks())");
+  TORCH_CHECK(xh.is_cuda(), "exl3_kernels.gemm_wgmma_rs: xh must be on CUDA, got ", xh.device());
+  const auto cc = device_cc(xh.device());
+  TORCH_CHECK(cc.first == 9 && cc.second == 0, "exl3_kernels.gemm_wgmma_rs: needs a compute capability 9.0 GPU (sm_90a "
+              "code), ", xh.device(), " is ", cc.first, ".", cc.second);
+  exl3::GemmParams p{};
+  Tensor y = gemm_setup(p, "gemm_wgmma_rs", xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, false, false);
+  TORCH_CHECK(p.k % 64 == 0, "exl3_kernels.gemm_wgmma_rs: k = ", p.k, " must be a multiple of 64 (one pipeline stage)");
+  if (p.acc == nullptr) {  // split 1: gemm_setup checked nothing, but this kernel always reduces through acc
+    TORCH_CHECK(acc.scalar_type() == at::kFloat && acc.is_contiguous() && acc.device() == xh.device() &&
+                    acc.numel() >= static_cast<int64_t>(p.m) * p.n_total,
+                "exl3_kernels.gemm_wgmma_rs: needs a zeroed fp32 accumulator of at least ", static_cast<int64_t>(p.m) * p.n_total,
+                " elements on ", xh.device(), " at every split, got ", acc.scalar_type(), " with ", acc.numel());
+    check_aligned(acc, 16, "gemm_wgmma_rs", "acc");
+    p.acc = acc.data_ptr<float>();
+  }
+  c10::cuda::CUDAGuard guard(xh.device());
+  if (p.m > 0)
+    check_cuda(exl3::launch_gemm_wgmma_rs(p, static_cast<int>(codebook), static_cast<int>(bm),
+                                          c10::cuda::getCurrentCUDAStream(xh.device().index()).stream()),
+               "gemm_wgmma_rs launch");
+  return y;
+}
+
 // Checks and parameters shared by the reconstruct ops: trellis tensors on CUDA, k % 128 == 0, the shards
 // (fill_shards), a 128-aligned column range inside [0, n_total] (col_end < 0: n_total, for all three ops). Fills p.shard,
 // num_shards, k, col_begin and col_end and returns k. No CUDA call: the caller sets the device guard afterwards.
@@ -511,6 +544,10 @@ TORCH_LIBRARY(exl3_kernels, m) {
   // The Hopper wgmma GEMM (BM 256; sm_90a, compute capability 9.0 only): arguments and contracts as gemm.
   m.def("gemm_wgmma(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int split, Tensor acc, "
         "ScalarType out_dtype, bool pdl=False) -> Tensor");
+  // The register-A Hopper GEMM (BM 8, 16, 32, 64, 128; sm_90a, compute capability 9.0 only): as gemm, but `acc` is used
+  // (and must be large enough) at every split, split 1 included.
+  m.def("gemm_wgmma_rs(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int bm, int split, "
+        "Tensor acc, ScalarType out_dtype, bool pdl=False) -> Tensor");
   // `acc` as in gemm: read, then re-zeroed (left as the workspace contract wants it), hence immutable.
   m.def("output_transform(Tensor acc, Tensor[] svh, Tensor? bias, int m, ScalarType out_dtype) -> Tensor");
   m.def("reconstruct(Tensor[] trellis, Tensor[] suh, Tensor[] svh, int codebook, int col_begin, int col_end, "
@@ -533,6 +570,7 @@ TORCH_LIBRARY_IMPL(exl3_kernels, CUDA, m) {
   m.impl("gemm", &gemm);
   m.impl("gemm_x", &gemm_x);
   m.impl("gemm_wgmma", &gemm_wgmma);
+  m.impl("gemm_wgmma_rs", &gemm_wgmma_rs);
   m.impl("output_transform", &output_transform);
   m.impl("reconstruct", &reconstruct);
   m.impl("reconstruct_out", &reconstruct_out);

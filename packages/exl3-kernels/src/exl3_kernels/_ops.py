@@ -116,6 +116,12 @@ def _register_fakes() -> None:
             n_total = sum(t.shape[1] * 16 for t in trellis)
             return xh.new_empty((xh.shape[1], n_total), dtype=out_dtype)
 
+    if hasattr(torch.ops.exl3_kernels, "gemm_wgmma_rs"):  # libraries built before the register-A GEMM lack the op
+        @torch.library.register_fake(lib + "gemm_wgmma_rs")
+        def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl=False):
+            n_total = sum(t.shape[1] * 16 for t in trellis)
+            return xh.new_empty((xh.shape[1], n_total), dtype=out_dtype)
+
     @torch.library.register_fake(lib + "output_transform")
     def _(acc, svh, bias, m, out_dtype):
         return acc.new_empty((m, sum(v.shape[0] for v in svh)), dtype=out_dtype)
@@ -256,6 +262,29 @@ def gemm_wgmma(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Te
     """
     return torch.ops.exl3_kernels.gemm_wgmma(xh, trellis, svh, bias, codebook, split, acc, out_dtype,
                                              env.get_bool("PDL", True))
+
+
+def gemm_wgmma_rs(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], bias: torch.Tensor | None,
+                  codebook: int, bm: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    """The register-A Hopper trellis GEMM (csrc/gemm_sm90/wgmma_rs_gemm.cu): the decoded trellis is the wgmma A
+    operand from registers, ``xh`` the B operand from shared memory; BM (``bm``) = 8, 16, 32, 64 or 128 rows per block.
+
+    Same arguments and result as :func:`gemm`, except that the kernel adds its fp32 partial sums into ``acc`` at every
+    split (split 1 included) and the split-k epilogue writes y and re-zeroes ``acc``: ``acc`` must hold m * n_total
+    zeros. Needs :func:`wgmma_rs_usable` (built for ``codebook``, compute capability 9.0). PDL as in :func:`gemm`.
+
+    Raises:
+        RuntimeError when the library has no such kernel for the codebook and BM, the device is not 9.0, the
+        accumulator is too small, or on the argument checks of :func:`gemm`.
+    """
+    return torch.ops.exl3_kernels.gemm_wgmma_rs(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype,
+                                                env.get_bool("PDL", True))
+
+
+def wgmma_rs_usable(device: torch.device | str, codebook: int) -> bool:
+    """The register-A GEMM can run: the library has the op (it is built with the wgmma GEMM, for the same codebooks)
+    and :func:`wgmma_usable` holds."""
+    return load() and hasattr(torch.ops.exl3_kernels, "gemm_wgmma_rs") and wgmma_usable(device, codebook)
 
 
 _wgmma_cbs: tuple[int, ...] | None = None

@@ -30,12 +30,13 @@ from typing import Callable
 import torch
 
 from . import env
-from .plan import BM_TIERS, CLUSTER_MAX_SPLIT, WGMMA_BM, LayerShape, Plan, candidates, cost_model, m_bucket
+from .plan import (BM_TIERS, CLUSTER_MAX_SPLIT, RS_BM_TIERS, WGMMA_BM, LayerShape, Plan, candidates, cost_model,
+                   m_bucket)
 
 _cache: dict[tuple, Plan] = {}
 _sm_count: dict[int, int] = {}
 _flush: dict[int, torch.Tensor] = {}
-PATHS = ("gemm", "reconstruct", "reconstruct_act", "reconstruct_n", "wgmma")
+PATHS = ("gemm", "reconstruct", "reconstruct_act", "reconstruct_n", "wgmma", "wgmma_rs")
 _timings: dict[tuple, dict[str, dict[str, float]]] = {}
 _log = logging.getLogger(__name__)
 # GPU-side wait before each timed run, in clock cycles (~100 us at 2 GHz): covers the host enqueue of the
@@ -85,7 +86,8 @@ def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...
     (CUDA_EXL3_BM does not apply to it); pinning gemm over a tuned wgmma plan takes the largest BM tier of the build
     (``built_bm``). A pinned BM other than 16 or a pinned split turns a fused plan into the plain GEMM. In deterministic
     mode a pinned plan never uses atomics: a gemm split 2..16 reduces in a cluster where ``cluster_splitk`` (else split
-    1), a wgmma split becomes 1."""
+    1), a wgmma or wgmma_rs split becomes 1. CUDA_EXL3_PATH=wgmma_rs keeps the plan's BM where it is an RS tier (else
+    the largest, RS_BM_TIERS), and a pinned CUDA_EXL3_BM applies to it when it is one."""
     path, bm, split = env.get("PATH"), env.get_int("BM"), env.get_int("SPLIT")
     lohi = env.get("LOHI")
     if path:
@@ -93,11 +95,14 @@ def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...
             raise ValueError(f"CUDA_EXL3_PATH must be one of {', '.join(PATHS)}, got {path!r}")
         if path == "wgmma":
             p = replace(p, path=path, bm=WGMMA_BM, lohi=False)
-        elif path == "gemm" and p.path == "wgmma":
+        elif path == "wgmma_rs":
+            p = replace(p, path=path, bm=p.bm if p.bm in RS_BM_TIERS else max(RS_BM_TIERS), lohi=False,
+                        cluster=False, fused_it=False)
+        elif path == "gemm" and p.path in ("wgmma", "wgmma_rs"):
             p = replace(p, path=path, bm=max(built_bm))
         else:
             p = replace(p, path=path)
-    if bm is not None and p.path != "wgmma":
+    if bm is not None and p.path != "wgmma" and (p.path != "wgmma_rs" or bm in RS_BM_TIERS):
         p = replace(p, bm=bm, fused_it=p.fused_it and bm == 16)
     if split is not None:
         p = replace(p, split=split, cluster=p.cluster and 2 <= split <= CLUSTER_MAX_SPLIT, fused_it=False)
@@ -107,7 +112,7 @@ def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...
     if env.get_bool("DETERMINISTIC") and p.split > 1 and (path or bm is not None or split is not None):
         if p.path == "gemm" and cluster_splitk and p.split <= CLUSTER_MAX_SPLIT:
             p = replace(p, cluster=True)
-        elif p.path in ("gemm", "wgmma"):
+        elif p.path in ("gemm", "wgmma", "wgmma_rs"):
             p = replace(p, split=1, cluster=False)
     return p
 
@@ -152,6 +157,8 @@ def kernel_count(p: Plan, cluster_forced: bool = False) -> int:
         return 3
     if p.path == "reconstruct_act":
         return 4
+    if p.path == "wgmma_rs":  # input transform, GEMM, split-k epilogue at every split
+        return 3
     via_acc = p.split > 1 and not p.cluster and not (cluster_forced and p.path == "gemm")
     return (0 if p.fused_it else 1) + 1 + (1 if via_acc else 0)
 
@@ -159,10 +166,11 @@ def kernel_count(p: Plan, cluster_forced: bool = False) -> int:
 def _key(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, deterministic: bool) -> tuple:
     """Cache key of a plan: (shape, m bucket, dtype, device, deterministic mode, then every variable that changes the
     candidates or their timings: CUDA_EXL3_CLUSTER unset / 0 / 1 (which split-k plans exist and how the accumulator
-    plans run), FUSED_IT, WGMMA, PDL, SPLITK_WORKSPACE_MB (which split-k plans fit) and RECON_MIN_M (the cost model's
-    dense-path threshold)). Changing one of them in a running process gives new plans instead of stale ones."""
+    plans run), FUSED_IT, WGMMA, WGMMA_RS, PDL, SPLITK_WORKSPACE_MB (which split-k plans fit) and RECON_MIN_M (the
+    cost model's dense-path threshold)). Changing one of them in a running process gives new plans instead of stale ones."""
     return (shape, m_bucket(m), dtype, device, deterministic, cluster_mode(), env.get_bool("FUSED_IT", True),
-            env.get_bool("WGMMA", True), env.get_bool("PDL", True), env.get_int("SPLITK_WORKSPACE_MB", 64),
+            env.get_bool("WGMMA", True), env.get_bool("WGMMA_RS", True), env.get_bool("PDL", True),
+            env.get_int("SPLITK_WORKSPACE_MB", 64),
             env.get_int("RECON_MIN_M", 1024))
 
 
@@ -174,14 +182,15 @@ def cluster_mode() -> bool | None:
 
 def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,
            built_bm: tuple[int, ...], run: Callable[[Plan], object], lohi_bm: tuple[int, ...] = (),
-           wgmma: bool = False, cluster_splitk: bool = False, fused_it: bool = False) -> Plan:
+           wgmma: bool = False, cluster_splitk: bool = False, fused_it: bool = False, wgmma_rs: bool = False) -> Plan:
     """Plan for this call. ``run(plan)`` executes the layer with a plan (used only when timing). ``wgmma``: the
     Hopper wgmma GEMM may be timed (built for this codebook, device of compute capability 9.0); the cost model
     picks it only in deterministic mode (plan.DET_WGMMA_MIN_TILES_PER_SM), so otherwise, under capture, it runs only where an earlier timing chose it. ``cluster_splitk``: the
     device and library can reduce split-k inside a thread block cluster (:func:`_ops.cluster_splitk_available`),
     which lets deterministic mode use split-k (:func:`plan.cost_model`) and, with CUDA_EXL3_CLUSTER unset, adds the
     cluster plans to the timed candidates (:func:`plan.candidates`). ``fused_it``: the library has the GEMM with the
-    input transform inside; its plans are timed at small m."""
+    input transform inside; its plans are timed at small m. ``wgmma_rs``: the register-A Hopper GEMM may be timed (up to
+    plan.RS_MAX_M; never in the cost model)."""
     deterministic = env.get_bool("DETERMINISTIC")
     recon_min_m = env.get_int("RECON_MIN_M", 1024)
     key = _key(shape, m, dtype, device, deterministic)
@@ -195,7 +204,7 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
                 _cache[key] = plan
         else:
             cands = candidates(shape, m, sm_count(device), acc_capacity, built_bm, deterministic, lohi_bm, wgmma,
-                               cluster_splitk and cluster_mode() is None, fused_it)
+                               cluster_splitk and cluster_mode() is None, fused_it, wgmma_rs)
             if base not in cands:
                 cands.append(base)
             first = {c: _time(lambda: run(c), device) for c in cands}
@@ -223,7 +232,7 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
 def prime_smaller_buckets(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,
                           built_bm: tuple[int, ...], run_rows: Callable[[Plan, int], object],
                           lohi_bm: tuple[int, ...] = (), wgmma: bool = False, cluster_splitk: bool = False,
-                          fused_it: bool = False) -> int:
+                          fused_it: bool = False, wgmma_rs: bool = False) -> int:
     """Tune every power-of-two m bucket below ``m``'s that is not cached yet, timing each bucket b on the first
     b rows of this call's input (``run_rows(plan, b)``). Returns the number of buckets tuned.
 
@@ -247,7 +256,7 @@ def prime_smaller_buckets(shape: LayerShape, m: int, dtype: torch.dtype, device:
     while b >= 1:
         if _key(shape, b, dtype, device, False) not in _cache:
             choose(shape, b, dtype, device, acc_capacity, built_bm, lambda p, rows=b: run_rows(p, rows), lohi_bm,
-                   wgmma, cluster_splitk, fused_it)
+                   wgmma, cluster_splitk, fused_it, wgmma_rs)
             tuned += 1
         b //= 2
     if tuned:

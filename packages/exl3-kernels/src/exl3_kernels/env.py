@@ -6,8 +6,8 @@ library is not). Errors about a bad value name the spelling that was actually re
 
 | variable | meaning | default |
 |---|---|---|
-| CUDA_EXL3_PATH | force the path: ``gemm`` (trellis GEMM), ``reconstruct`` (dense W + cuBLAS), ``reconstruct_act`` (dense Ŵ + cuBLAS, Hadamards on the activations), ``reconstruct_n`` (output Hadamard folded into the dense weight, input Hadamard on the activations) or ``wgmma`` (the Hopper wgmma trellis GEMM, BM 256; compute capability 9.0 and a build with 9.0 only) | unset: planner |
-| CUDA_EXL3_BM | force the GEMM row tile BM (16, 32, 64, 128) | unset: planner |
+| CUDA_EXL3_PATH | force the path: ``gemm`` (trellis GEMM), ``reconstruct`` (dense W + cuBLAS), ``reconstruct_act`` (dense Ŵ + cuBLAS, Hadamards on the activations), ``reconstruct_n`` (output Hadamard folded into the dense weight, input Hadamard on the activations) , ``wgmma`` (the Hopper wgmma trellis GEMM, BM 256) or ``wgmma_rs`` (the register-A Hopper GEMM, BM 8-128); the two wgmma paths need compute capability 9.0 and a build with 9.0 | unset: planner |
+| CUDA_EXL3_BM | force the GEMM row tile BM (16, 32, 64, 128; with the wgmma_rs path 8, 16, 32, 64, 128) | unset: planner |
 | CUDA_EXL3_SPLIT | force the split-k factor (1 = no split) | unset: planner |
 | CUDA_EXL3_LOHI | 1: use the GEMM's lohi variant wherever the plan has an instance of it (gemm path, BM 16, 3inst / mcg: the tensor core adds the two halves of each decoded weight); 0: never | unset: planner |
 | CUDA_EXL3_AUTOTUNE | 1: time candidate plans once per (layer shape, m bucket) outside graph capture | 1 |
@@ -18,6 +18,7 @@ library is not). Errors about a bad value name the spelling that was actually re
 | CUDA_EXL3_SPLITK_WORKSPACE_MB | size of the split-k fp32 accumulator; larger m x n disables split-k | 64 |
 | CUDA_EXL3_LIBRARY | path of the compiled op library to load instead of the packaged ``_C.abi3.so`` | unset |
 | CUDA_EXL3_WGMMA | 0: do not offer the Hopper wgmma GEMM (compute capability 9.0, built with 9.0) to the autotuner from m = 128; the pin CUDA_EXL3_PATH=wgmma works either way | 1 |
+| CUDA_EXL3_WGMMA_RS | 0: do not offer the register-A Hopper GEMM (compute capability 9.0, built with 9.0) to the autotuner up to m = 256; the pin CUDA_EXL3_PATH=wgmma_rs works either way | 1 |
 | CUDA_EXL3_CLUSTER | split-k reduced through distributed shared memory inside one thread block cluster (mma.sync path, split 2..16, compute capability 9.0+) instead of the fp32 accumulator + epilogue kernel (one kernel per op instead of two; bit-identical reruns). Unset: the autotuner times cluster plans (m = 32..256, split <= 8) next to the accumulator ones and deterministic mode plans split-k through clusters; 1: every split-k GEMM with split 2..16 uses it; 0: never (deterministic mode then runs split 1). Read by ``_ops.gemm`` at each call; a captured CUDA graph keeps its capture-time setting; libraries built before it ignore it | unset |
 | CUDA_EXL3_FUSED_IT | 0: the autotuner does not time the BM16 GEMM with the input transform inside (``_ops.gemm_x``: one kernel instead of input transform + GEMM, offered for m <= 16 where a k slice fits 1024 columns) | 1 |
 | CUDA_EXL3_PDL | 0: launch the GEMM and its split-k epilogue without programmatic dependent launch (sm_90+ only, and only for GEMM grids of at least one block per SM; read by ``_ops.gemm`` at each call, a captured CUDA graph keeps its capture-time setting) | 1 |

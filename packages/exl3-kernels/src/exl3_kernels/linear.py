@@ -13,7 +13,9 @@ On CUDA the op picks a plan per (layer shape, m bucket) (:mod:`.autotune`):
   workspace (:func:`_run_reconstruct_act`);
 - "reconstruct_n": the input transform on the activations (in x's dtype) and the output transform folded into
   the dense weight W_n = Ŵ H_n diag(svh) / sqrt(128), one cuBLAS GEMM straight into y (:func:`_run_reconstruct_n`);
-- "wgmma": as "gemm" with the Hopper wgmma kernel (BM 256; compute capability 9.0 only, autotuned from m = 128).
+- "wgmma": as "gemm" with the Hopper wgmma kernel (BM 256; compute capability 9.0 only, autotuned from m = 128);
+- "wgmma_rs": input transform, the register-A Hopper GEMM (BM 8-128, the decoded trellis as the wgmma A operand;
+  compute capability 9.0 only, autotuned up to m = 256), split-k epilogue at every split.
 On CPU (and any device without the compiled library) it runs the pure-torch reference
 (:mod:`exl3_kernels.reference`), which is also what every kernel is tested against.
 
@@ -192,6 +194,10 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
             else:
                 outs.append(torch.mm(x2, w))
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+    if plan.path == "wgmma_rs":  # the kernel reduces through the accumulator at every split
+        xh = _ops.input_transform(x2, suh)
+        return _ops.gemm_wgmma_rs(xh, trellis, svh, bias32, codebook, plan.bm, plan.split,
+                                  workspace.splitk_acc(x2.device), x2.dtype)
     if plan.path == "wgmma":
         xh = _ops.input_transform(x2, suh)
         acc = workspace.splitk_acc(x2.device) if plan.split > 1 else xh
@@ -236,15 +242,16 @@ def _linear_cuda(x, trellis, suh, svh, bias, codebook: int) -> torch.Tensor:
     built = tuple(sorted({bm for cb, bm in _ops.built_instances() if cb == codebook})) or BM_TIERS
     lohi_bm = tuple(sorted({bm for cb, bm in _ops.built_instances(lohi=True) if cb == codebook}))
     wgmma = wgmma_offered(x2.device, codebook)
+    wgmma_rs = wgmma_rs_offered(x2.device, codebook)
     cluster = _ops.cluster_splitk_available(x2.device) and autotune.cluster_mode() is not False
     fused_it = _ops.gemm_x_built() and env.get_bool("FUSED_IT", True)
     if not autotune.is_cached(shape, m, x2.dtype, x2.device):  # first call in this bucket: tune the smaller ones too
         autotune.prime_smaller_buckets(shape, m, x2.dtype, x2.device, workspace.splitk_capacity(), built,
                                        lambda p, rows: _run_plan(p, x2[:rows], trellis, suh, svh, bias32, codebook),
-                                       lohi_bm, wgmma, cluster, fused_it)
+                                       lohi_bm, wgmma, cluster, fused_it, wgmma_rs)
     plan = autotune.choose(shape, m, x2.dtype, x2.device, workspace.splitk_capacity(), built,
                            lambda p: _run_plan(p, x2, trellis, suh, svh, bias32, codebook), lohi_bm, wgmma, cluster,
-                           fused_it)
+                           fused_it, wgmma_rs)
     y = _run_plan(plan, x2, trellis, suh, svh, bias32, codebook)
     return y.reshape(*x.shape[:-1], n_total)
 
@@ -285,6 +292,13 @@ def wgmma_offered(device: torch.device, codebook: int) -> bool:
     compute capability 9.0) and not switched off with CUDA_EXL3_WGMMA=0 (on by default since its GPU tests passed on
     the H200, 4d792ef). The pin CUDA_EXL3_PATH=wgmma does not depend on it."""
     return env.get_bool("WGMMA", True) and _ops.wgmma_usable(device, codebook)
+
+
+def wgmma_rs_offered(device: torch.device, codebook: int) -> bool:
+    """Whether the autotuner may time the register-A Hopper GEMM for this layer: usable on ``device``
+    (:func:`_ops.wgmma_rs_usable`) and not switched off with CUDA_EXL3_WGMMA_RS=0. The pin CUDA_EXL3_PATH=wgmma_rs does
+    not depend on it."""
+    return env.get_bool("WGMMA_RS", True) and _ops.wgmma_rs_usable(device, codebook)
 
 
 def exl3_linear(x: torch.Tensor, layer: Exl3Layer) -> torch.Tensor:

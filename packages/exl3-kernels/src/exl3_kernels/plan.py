@@ -19,6 +19,15 @@ BLOCKS_PER_SM = {16: 4, 32: 3, 64: 3, 128: 2, 256: 1}  # 256: the wgmma GEMM (on
 # when the library has it and the device is compute capability 9.0 (docs/hopper-gemm.md). Never in the cost model.
 WGMMA_BM = 256
 WGMMA_MIN_M = 128
+# The register-A Hopper GEMM (csrc/gemm_sm90/wgmma_rs_gemm.cu): the decoded trellis as the wgmma A operand, xh as B;
+# BM tiers and resident blocks per SM (its __launch_bounds__), offered to the autotuner up to RS_MAX_M outside
+# deterministic mode when the library has it and the device is compute capability 9.0. Its partial sums always go
+# through the accumulator (splitk_epilogue applies the output transform), so every plan of it needs the accumulator.
+# Kernel alone on the H200 (bench/wgmma_rs_proto.cu, bench/results/profiles/wgmma-rs-proto-s12/, K = 4 mcg, no
+# transforms): 4096x11008 m = 64 23.3 us, m = 128 32.9, against 33.3 / 49.6 us for the op of gemm-319a3a1-k4.
+RS_BM_TIERS = (8, 16, 32, 64, 128)
+RS_BLOCKS_PER_SM = {8: 3, 16: 3, 32: 3, 64: 2, 128: 2}
+RS_MAX_M = 256
 
 
 @dataclass(frozen=True)
@@ -46,8 +55,9 @@ class Plan:
     and svh folded in, + cuBLAS), "reconstruct_act" (dense Ŵ without them + cuBLAS, the Hadamards applied to
     the activations: input transform before, the split-k epilogue after; exllamav3's reconstruct path does the
     same, exllamav3 1.6.5 exllamav3/modules/quant/exl3.py), "reconstruct_n" (input transform on the
-    activations, the output transform and svh folded into the dense weight, cuBLAS writes y) or "wgmma" (the
-    Hopper trellis GEMM, sm_90a: ``split`` used, ``bm`` always WGMMA_BM)."""
+    activations, the output transform and svh folded into the dense weight, cuBLAS writes y), "wgmma" (the
+    Hopper trellis GEMM, sm_90a: ``split`` used, ``bm`` always WGMMA_BM) or "wgmma_rs" (the register-A Hopper GEMM,
+    sm_90a: ``bm`` in RS_BM_TIERS and ``split`` used, partial sums always through the accumulator)."""
 
     path: str
     bm: int = 16
@@ -59,6 +69,8 @@ class Plan:
     def __str__(self) -> str:
         if self.path == "wgmma":
             return f"wgmma(split={self.split})"
+        if self.path == "wgmma_rs":
+            return f"wgmma_rs(bm={self.bm},split={self.split})"
         if self.path != "gemm":
             return self.path
         return f"gemm(bm={self.bm},split={self.split}{',lohi' if self.lohi else ''}{',cluster' if self.cluster else ''}{',it' if self.fused_it else ''})"
@@ -106,11 +118,13 @@ def wave_efficiency(blocks: int, capacity: int) -> float:
     return blocks / (waves * capacity)
 
 
-def wave_splits(shape: LayerShape, m: int, bm: int, sm_count: int, max_waves: int = 4) -> list[int]:
+def wave_splits(shape: LayerShape, m: int, bm: int, sm_count: int, max_waves: int = 4,
+                blocks_per_sm: dict[int, int] = BLOCKS_PER_SM) -> list[int]:
     """Split-k factors that fill whole waves: for w = 1..max_waves the largest split whose grid fits in w
-    waves of resident blocks (GEMM grids here are a few waves at most, so the tail wave costs up to 50%)."""
+    waves of resident blocks (GEMM grids here are a few waves at most, so the tail wave costs up to 50%);
+    ``blocks_per_sm``: resident blocks per SM by BM of the kernel in question."""
     blocks = (shape.n_total // 128) * math.ceil(m / bm)
-    cap = BLOCKS_PER_SM.get(bm, 2) * sm_count
+    cap = blocks_per_sm.get(bm, 2) * sm_count
     out = set()
     for w in range(1, max_waves + 1):
         s = (w * cap) // blocks
@@ -278,17 +292,40 @@ def candidate_splits(shape: LayerShape, m: int, bm: int, sm_count: int, acc_capa
     return splits
 
 
+def rs_plans(shape: LayerShape, m: int, sm_count: int, acc_capacity: int) -> list[Plan]:
+    """Register-A wgmma GEMM plans worth timing for m <= RS_MAX_M: the RS tier covering m and the one below it (when
+    it holds at least half of m), each at split 1, the powers of two while the grid stays within 16 blocks per SM, and
+    the whole-wave fits (:func:`wave_splits` with RS_BLOCKS_PER_SM), within :func:`max_split`. None when the
+    accumulator cannot hold the bucket's largest m (the kernel needs it at every split); split-k factors must also pass
+    :func:`splitk_allowed`."""
+    if m > RS_MAX_M or m_bucket(m) * shape.n_total > acc_capacity:
+        return []
+    top = pick_bm(m, RS_BM_TIERS)
+    out: list[Plan] = []
+    for bm in sorted({top} | {b for b in RS_BM_TIERS if m / 2 <= b <= top}):
+        blocks = (shape.n_total // 128) * math.ceil(m / bm)
+        splits = {1}
+        s = 2
+        while s <= max_split(shape) and blocks * s <= 16 * sm_count:
+            splits.add(s)
+            s *= 2
+        splits |= set(wave_splits(shape, m, bm, sm_count, blocks_per_sm=RS_BLOCKS_PER_SM))
+        out += [Plan("wgmma_rs", bm, s) for s in sorted(splits) if s == 1 or splitk_allowed(shape, m, s, acc_capacity)]
+    return out
+
+
 def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
                built_bm: tuple[int, ...] = BM_TIERS, deterministic: bool = False,
                lohi_bm: tuple[int, ...] = (), wgmma: bool = False, cluster_splitk: bool = False,
-               fused_it: bool = False) -> list[Plan]:
+               fused_it: bool = False, wgmma_rs: bool = False) -> list[Plan]:
     """Plans worth timing for this m: BM tiers from the covering one down to half of it (and the largest
     for m above all tiers), split-k in powers of two up to the limits, the same tiers and splits as the lohi
     variant where built (``lohi_bm``: BM tiers with a lohi instance for this codebook), the wgmma GEMM with its
     splits for m >= WGMMA_MIN_M when ``wgmma`` (built for this codebook and the device is compute capability 9.0),
     the three dense paths for m >= 64, and with ``cluster_splitk`` (the device and library reduce split-k inside a
     thread block cluster) the cluster plans of :func:`cluster_splits` for m in [CLUSTER_MIN_M, CLUSTER_MAX_M]
-    outside deterministic mode (where the cost model plans them), and with ``fused_it`` (the library has the GEMM with
+    outside deterministic mode (where the cost model plans them), with ``wgmma_rs`` (the register-A Hopper GEMM is
+    usable) its :func:`rs_plans` outside deterministic mode, and with ``fused_it`` (the library has the GEMM with
     the input transform inside) its BM16 plans for m <= FUSED_IT_MAX_M at the splits whose k slice fits
     FUSED_IT_MAX_SLICE (through the accumulator, and in a cluster at splits 2..CLUSTER_PLAN_MAX_SPLIT with
     ``cluster_splitk``)."""
@@ -303,6 +340,8 @@ def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
             out += [Plan("gemm", bm, s, cluster=True) for s in cluster_splits(shape, m, bm, sm_count, acc_capacity)]
         if fused_it and bm == 16 and m <= FUSED_IT_MAX_M and not deterministic:
             out += fused_it_plans(shape, m, sm_count, acc_capacity, splits, cluster_splitk)
+    if wgmma_rs and not deterministic:
+        out += rs_plans(shape, m, sm_count, acc_capacity)
     if wgmma and m >= WGMMA_MIN_M:
         out += [Plan("wgmma", WGMMA_BM, s)
                 for s in candidate_splits(shape, m, WGMMA_BM, sm_count, acc_capacity, deterministic)]

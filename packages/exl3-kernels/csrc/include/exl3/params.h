@@ -98,5 +98,9 @@ bool gemm_instance_built(int codebook, int bm, bool lohi);
 // Launches splitk_epilogue after it when p.split > 1. Runs on compute capability 9.0 only (the caller checks).
 cudaError_t launch_gemm_wgmma(const GemmParams& p, int codebook, cudaStream_t stream);
 bool gemm_wgmma_built(int codebook);
+// The register-A Hopper GEMM (csrc/gemm_sm90/wgmma_rs_gemm.cu, sm_90a only; the stub without 9.0): BM 8, 16, 32, 64
+// or 128 rows per block, fp32 partials into p.acc (required at every split, zero on entry), then splitk_epilogue.
+cudaError_t launch_gemm_wgmma_rs(const GemmParams& p, int codebook, int bm, cudaStream_t stream);
+bool gemm_wgmma_rs_built(int codebook, int bm);
 
 }  // namespace exl3

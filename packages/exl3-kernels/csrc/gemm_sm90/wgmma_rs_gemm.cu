@@ -1,0 +1,317 @@
+// The register-A Hopper (sm_90a) trellis GEMM for m <= 128: the decoded trellis is the wgmma A operand straight from
+// registers and the activations are the B operand from shared memory ("swapped operands"):
+//
+//   acc^T[n, m] += Ŵ^T[n, k] @ xh^T[k, m]      (wgmma m64nNk16, N = BM rows of xh; fp32 partials into the accumulator)
+//
+// then splitk_epilogue (launch.cu) applies the output Hadamard, svh and bias, writes y and re-zeroes the accumulator, at
+// every split (also 1: the block's D holds 128 columns of the output as rows spread over both warpgroups, so the
+// 128-point output Hadamard of a row of y would need a trip through shared memory; the epilogue kernel already does it).
+// Integrated from bench/wgmma_rs_proto.cu (all its checks pass on the H200, 687c547; kernel alone against cuBLAS fp16
+// there, e.g. 4096x11008 m = 64 23.3 us where the op's mma.sync GEMM took 33.3 with its transforms: docs/hopper-gemm.md,
+// "Register-A wgmma").
+//
+// Why (docs/kernels.md, "What bounds the rest"): the mma.sync GEMM loads all BM rows of x with ldmatrix in every warp for
+// its one tile column (L1/shared 64-72% busy at m = 64-128) and issues 2 MMAs per 16 rows and tile. The decoder's output
+// registers are, register for register, the A fragment of Ŵ^T: the m16n8k16 B fragment of a 16x16 tile (trellis.cuh:
+// frag[0] = (k 2q, 2q + 1; n g), frag[1] = (k 2q + 8 ..; n g), frag[2], frag[3] the same for n g + 8) is the A fragment
+// (row = n, column = k) {frag[0], frag[2], frag[1], frag[3]} (exl3/wgmma_rs.cuh). The tensor core reads x from shared
+// memory itself, and one wgmma covers 64 output columns and all BM rows.
+//
+// Block: 256 threads = 2 warpgroups, 128 output columns (8 trellis tile columns, one shard: shards are 128-aligned),
+// BM rows, BK = 64 (4 tile rows) per stage. Warp w of warpgroup wg decodes tile column 4 wg + w of every tile row of the
+// block's k range: rows 16 w .. 16 w + 15 of its warpgroup's m64 A operand. Grid (n_total / 128, ceil(m / BM), split).
+//
+// Shared memory per stage (a kStages ring; every thread of the block issues cp.async for both parts):
+//   x:       BM rows x 128 bytes (64 fp16 of k), 128-byte swizzle: chunk c (8 k) of row r at r * 128 + ((c ^ (r & 7)) << 4),
+//            1024-aligned: the canonical K-major SW128 operand layout (descriptor start = stage + 32 kk for the k16
+//            step kk, SBO 1024, LBO unused; the B operand of the prototype, and of wgmma_gemm.cu with N = 128). cp.async
+//            writes: the 8 threads of a row cover its 8 chunks (a permutation), a warp writes 4 whole rows = 512 contiguous
+//            bytes: conflict-free. Rows >= m are zero-filled (src-size 0); they only reach columns of D that are dropped.
+//   trellis: 4 tile rows x 8 tiles x 16 K2 bytes, each tile row copied verbatim (its 8 tiles are contiguous in global
+//            memory). Lane t reads the 3 words of its window (trellis.cuh LaneWindow): at K = 4 word t - 1 (mod 32) of
+//            the tile, 32 distinct banks; at K = 8 words 2t - 1.. (2-way); at K <= 2 lanes share words (broadcast).
+//
+// Pipeline (one __syncthreads per stage). Before stage s the block has committed cp.async groups for stages up to
+// s + kStages - 3. Stage s:
+//   1. wgmma.wait_group 1 (0 on the first stage of each 4-stage iteration, see below): this warpgroup's wgmmas of
+//      stages <= s - 2 are complete; every A register of the stage-(s - 2) group is then read once (XORed into a word
+//      stored only under an impossible condition). That read is what keeps those registers allocated until here:
+//      ptxas gives HGMMA no read scoreboard and, with no later use, reused the A registers of in-flight wgmmas as
+//      scratch right after issue; every BM >= 64 check of the prototype then failed on the H200 (its W = 0), and
+//      passed with this read (W = 2) or with a wait_group 0 after every group (W = 1).
+//   2. cp.async.wait_group (kStages - 3), fence.proxy.async.shared::cta (cp.async writes -> the async proxy that wgmma
+//      reads through), __syncthreads: stage s landed for every thread, and both warpgroups' wgmmas of s - 2 are done.
+//   3. cp.async of stage s + kStages - 2 into slot (s - 2) % kStages, commit (empty groups too).
+//   4. decode stage s from shared memory into a[s & 1] while the wgmmas of s - 1 run.
+//   5. the 4 descriptors, then wgmma.fence, 4 wgmmas (k16 steps), commit. A descriptor computed between the wgmmas of a
+//      group, and a wait_group 1 at the head of the runtime loop, made ptxas serialize every wgmma (C7513: it proves the
+//      two A sets disjoint from the in-flight group only in straight-line code); hence the loop unrolled by 4 stages
+//      with wait_group 0 at its head, and a do-while (no path reaches the final wait without a wgmma: C7515 otherwise).
+// After the loop: wait_group 0; red.global.add.f32 of the accumulators into p.acc (d[i] = D[16 w + g + 8 ((i >> 1) & 1)]
+// [8 (i >> 2) + 2 q + (i & 1)], D rows = output columns, D columns = rows of y).
+//
+// PDL: the block issues the trellis copies of its first stages, then griddepcontrol.wait (the input transform before it
+// writes xh), then the x copies; the prologue is one commit group plus empty ones so the count stays uniform.
+// K per block: runtime dispatch (dispatch_k2) on the shard's K2, so mixed-K fused layers run in one launch.
+// This translation unit is compiled for sm_90a only (setup.py, with wgmma_gemm.cu); without 9.0 in the arch list
+// wgmma_stub.cpp stands in (gemm_wgmma_rs_built() = false).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "exl3/codebook.cuh"
+#include "exl3/dispatch.cuh"
+#include "exl3/params.h"
+#include "exl3/pdl.cuh"
+#include "exl3/sm90.cuh"
+#include "exl3/trellis.cuh"
+#include "exl3/wgmma_rs.cuh"
+
+// Codebooks compiled into this TU, bit cb (setup.py passes the same mask as for wgmma_gemm.cu).
+#ifndef EXL3_WGMMA_CB_MASK
+#define EXL3_WGMMA_CB_MASK 0x7
+#endif
+
+namespace exl3 {
+namespace rs {
+
+using namespace sm90;
+
+constexpr int kBN = 128, kBK = 64, kThreads = 256;
+
+template <int BM>
+struct Cfg {
+  static_assert(BM == 8 || BM == 16 || BM == 32 || BM == 64 || BM == 128, "BM tier");
+  static constexpr int kStages = 4;
+  static constexpr int kXStage = BM * 128;  // bytes, a multiple of 1024
+  // Blocks per SM asked of ptxas (registers = 65536 / (256 x this)): accumulators BM / 2 per thread, the two A sets 32,
+  // the decode ~30. Prototype (K = 4 mcg): 72-80 registers at BM <= 32 (3 blocks), 117 at BM 64 (2 blocks: at 3 it
+  // spilled 268 bytes and serialized the wgmmas, C7512), 128 at BM 128.
+  static constexpr int kMinBlocks = BM <= 32 ? 3 : 2;
+};
+__host__ __device__ constexpr int t_stage_bytes(int K2) { return 4 * 8 * 16 * K2; }
+template <int BM>
+__host__ __device__ constexpr int smem_bytes(int K2) {
+  return Cfg<BM>::kStages * (Cfg<BM>::kXStage + t_stage_bytes(K2)) + 1024;  // + 1024: alignment of the x ring
+}
+static_assert(smem_bytes<128>(16) <= 227 * 1024, "sm_90 opt-in shared memory per block");
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+
+// One block's k range for shard sh, K2 known at compile time.
+template <int CB, int K2, int BM>
+__device__ __forceinline__ void rs_block(const GemmParams& p, const GemmShard& sh, uint32_t xs0, uint32_t ts0) {
+  using C = Cfg<BM>;
+  constexpr int S = C::kStages;
+  constexpr int kTileBytes = 16 * K2;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
+  const int g = lane >> 2, q = lane & 3;
+  const int col0 = blockIdx.x * kBN, m0 = blockIdx.y * BM;
+  const int sps = p.k16_per_split / 4;  // 64-k stages per split (k16_per_split is a multiple of 4)
+  const int s_begin = blockIdx.z * sps;
+  const int ns = min(sps, p.k / kBK - s_begin);
+  if (ns <= 0) return;  // an empty last split (k16_per_split rounding): nothing to add
+  const int tn0 = (col0 - sh.col_offset) / 16, ntiles = sh.n / 16;
+  const uint16_t* xh = sh.xh;
+
+  auto load_x = [&](int s) {
+    const uint32_t xs = xs0 + (s % S) * C::kXStage;
+    const int kg = s_begin + s;
+    constexpr int kChunks = BM * 8;
+#pragma unroll
+    for (int j = 0; j < (kChunks + kThreads - 1) / kThreads; ++j) {
+      const int i = tid + j * kThreads;
+      if (kChunks % kThreads != 0 && i >= kChunks) break;
+      const int r = i >> 3, c = i & 7, row = m0 + r;
+      const bool in = row < p.m;
+      const uint16_t* src = xh + static_cast<int64_t>(in ? row : 0) * p.k + kg * kBK + c * 8;
+      cp_async16(xs + r * 128 + ((c ^ (r & 7)) << 4), src, in ? 16 : 0);
+    }
+  };
+  auto load_t = [&](int s) {
+    const uint32_t ts = ts0 + (s % S) * t_stage_bytes(K2);
+    const int kg = s_begin + s;
+    constexpr int kRowChunks = 8 * K2;  // 16-byte chunks per tile row of the stage
+#pragma unroll
+    for (int j = 0; j < (4 * kRowChunks + kThreads - 1) / kThreads; ++j) {
+      const int i = tid + j * kThreads;
+      if ((4 * kRowChunks) % kThreads != 0 && i >= 4 * kRowChunks) break;
+      const int tr = i / kRowChunks, c = i % kRowChunks;
+      const uint32_t* src = sh.trellis + (static_cast<int64_t>(4 * kg + tr) * ntiles + tn0) * (4 * K2) + 4 * c;
+      cp_async16(ts + tr * (8 * kTileBytes) + 16 * c, src, 16);
+    }
+  };
+
+  float acc[BM / 2];
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) acc[i] = 0.f;
+  uint32_t a[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) (&a[0][0][0])[i] = 0u;  // read by the keep-alive XOR before the first decode
+  uint32_t keep = 0;
+  const LaneWindow<K2> lw = LaneWindow<K2>::make(lane);
+  const DecodeConsts dk = DecodeConsts::make();
+  const int tcol = 4 * wg + w;
+
+  // Prologue: trellis of stages 0 .. S - 3 before the PDL wait (it does not depend on the kernel before), x after it.
+#pragma unroll
+  for (int i = 0; i < S - 2; ++i)
+    if (i < ns) load_t(i);
+  pdl_wait();
+#pragma unroll
+  for (int i = 0; i < S - 2; ++i)
+    if (i < ns) load_x(i);
+  cp_async_commit();
+#pragma unroll
+  for (int i = 1; i < S - 2; ++i) cp_async_commit();  // empty: one group per prologue stage for the count
+
+  auto body = [&](int s, auto jc) {
+    constexpr int J = decltype(jc)::value, P = J & 1;
+    if constexpr (J == 0) wgmma_wait<0>();
+    else wgmma_wait<1>();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) keep ^= a[P][kk][0] ^ a[P][kk][1] ^ a[P][kk][2] ^ a[P][kk][3];
+    cp_async_wait<S - 3>();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    if (s + S - 2 < ns) {
+      load_t(s + S - 2);
+      load_x(s + S - 2);
+    }
+    cp_async_commit();
+    const int slot = s % S;
+    const uint32_t tb = ts0 + slot * t_stage_bytes(K2) + tcol * kTileBytes;
+    uint32_t wr[4][3];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t t = tb + kk * 8 * kTileBytes;
+      wr[kk][0] = lds32(t + lw.off[0]);
+      wr[kk][1] = lds32(t + lw.off[1]);
+      wr[kk][2] = TrellisBits<K2>::kUsesWord2 ? lds32(t + lw.off[2]) : 0u;
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t f[4];
+      decode_window_fragments<CB, K2>(wr[kk][0], wr[kk][1], wr[kk][2], lw.r, f, dk);
+      a[P][kk][0] = f[0];
+      a[P][kk][1] = f[2];
+      a[P][kk][2] = f[1];
+      a[P][kk][3] = f[3];
+    }
+    uint64_t db[4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      db[kk] = desc_sw128(xs0 + slot * C::kXStage) + 2 * kk;  // + 32 bytes per k16 step
+      asm volatile("" : "+l"(db[kk])::"memory");
+      fence_regs(a[P][kk]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) WgmmaRs<BM>::mma(acc, a[P][kk], db[kk]);
+    wgmma_commit();
+  };
+  int s = 0;
+  do {
+    body(s, std::integral_constant<int, 0>{});
+    if (s + 1 < ns) body(s + 1, std::integral_constant<int, 1>{});
+    if (s + 2 < ns) body(s + 2, std::integral_constant<int, 2>{});
+    if (s + 3 < ns) body(s + 3, std::integral_constant<int, 3>{});
+    s += 4;
+  } while (s < ns);
+  wgmma_wait<0>();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+    keep ^= a[0][kk][0] ^ a[0][kk][1] ^ a[0][kk][2] ^ a[0][kk][3] ^ a[1][kk][0] ^ a[1][kk][1] ^ a[1][kk][2] ^ a[1][kk][3];
+  fence_regs(acc);
+  if (keep == 0x7FFF7FFFu && p.m < 0) p.acc[tid] = 1.f;  // never true (m >= 1); keeps the XORs and their reads
+
+  // red.global.add of the partial sums: lanes g = 0..7 of one (i, q) write 8 consecutive columns (32 bytes).
+  float* acc_out = p.acc + col0 + 64 * wg + 16 * w + g;
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) {
+    const int mm = m0 + 8 * (i >> 2) + 2 * q + (i & 1);
+    if (mm < p.m) atomicAdd(acc_out + static_cast<int64_t>(mm) * p.n_total + 8 * ((i >> 1) & 1), acc[i]);
+  }
+}
+
+template <int CB, int BM>
+__global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks) wgmma_rs_kernel(const __grid_constant__ GemmParams p) {
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t sbase = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  const uint32_t xs0 = sbase, ts0 = sbase + Cfg<BM>::kStages * Cfg<BM>::kXStage;
+  const int s = shard_of(p.shard, p.num_shards, blockIdx.x * kBN);
+  const GemmShard& sh = p.shard[s];
+  dispatch_k2<CB>(sh.K2, [&](auto k2) { rs_block<CB, decltype(k2)::value, BM>(p, sh, xs0, ts0); });
+}
+
+template <int CB, int BM>
+cudaError_t launch_cb_bm(const GemmParams& p, cudaStream_t stream) {
+  int max_K2 = 0;
+  for (int i = 0; i < p.num_shards; ++i) max_K2 = p.shard[i].K2 > max_K2 ? p.shard[i].K2 : max_K2;
+  static unsigned attr_set_mask = 0;  // per device: the dynamic shared memory opt-in at the largest K
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev >= 32 || !((attr_set_mask >> dev) & 1u)) {
+    const cudaError_t e = cudaFuncSetAttribute(wgmma_rs_kernel<CB, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               smem_bytes<BM>(16));
+    if (e != cudaSuccess) return e;
+    if (dev < 32) attr_set_mask |= 1u << dev;
+  }
+  const dim3 grid(p.n_total / kBN, (p.m + BM - 1) / BM, p.split);
+  static const bool image_pdl = kernel_has_pdl(wgmma_rs_kernel<CB, BM>);
+  return launch_maybe_pdl(wgmma_rs_kernel<CB, BM>, grid, dim3(kThreads), smem_bytes<BM>(max_K2), stream,
+                          p.pdl != 0 && image_pdl, p);
+}
+
+template <int CB>
+cudaError_t launch_cb(const GemmParams& p, int bm, cudaStream_t stream) {
+  switch (bm) {
+    case 8: return launch_cb_bm<CB, 8>(p, stream);
+    case 16: return launch_cb_bm<CB, 16>(p, stream);
+    case 32: return launch_cb_bm<CB, 32>(p, stream);
+    case 64: return launch_cb_bm<CB, 64>(p, stream);
+    case 128: return launch_cb_bm<CB, 128>(p, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace rs
+
+bool gemm_wgmma_rs_built(int codebook, int bm) {
+  return codebook >= 0 && codebook <= 2 && ((EXL3_WGMMA_CB_MASK >> codebook) & 1) &&
+         (bm == 8 || bm == 16 || bm == 32 || bm == 64 || bm == 128);
+}
+
+cudaError_t launch_gemm_wgmma_rs(const GemmParams& p, int codebook, int bm, cudaStream_t stream) {
+  if (!gemm_wgmma_rs_built(codebook, bm) || p.num_shards < 1 || p.m <= 0 || p.k % rs::kBK != 0 ||
+      p.n_total % rs::kBN != 0 || p.acc == nullptr || p.k16_per_split % 4 != 0)
+    return cudaErrorInvalidValue;
+  cudaError_t e = cudaErrorInvalidValue;
+#if EXL3_WGMMA_CB_MASK & 1
+  if (codebook == 0) e = rs::launch_cb<0>(p, bm, stream);
+#endif
+#if EXL3_WGMMA_CB_MASK & 2
+  if (codebook == 1) e = rs::launch_cb<1>(p, bm, stream);
+#endif
+#if EXL3_WGMMA_CB_MASK & 4
+  if (codebook == 2) e = rs::launch_cb<2>(p, bm, stream);
+#endif
+  if (e != cudaSuccess) return e;
+  return launch_output_transform(p, stream);  // at every split: the output Hadamard, svh, bias; re-zeroes acc
+}
+
+}  // namespace exl3
