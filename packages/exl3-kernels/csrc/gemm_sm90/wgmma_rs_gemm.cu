@@ -19,7 +19,8 @@
 //
 // Block: 256 threads = 2 warpgroups, 128 output columns (8 trellis tile columns, one shard: shards are 128-aligned),
 // BM rows, BK = 64 (4 tile rows) per stage. Warp w of warpgroup wg decodes tile column 4 wg + w of every tile row of the
-// block's k range: rows 16 w .. 16 w + 15 of its warpgroup's m64 A operand. Grid (n_total / 128, ceil(m / BM), split).
+// block's k range: rows 16 w .. 16 w + 15 of its warpgroup's m64 A operand. Grid (column blocks of one K run, ceil(m / BM),
+// split).
 //
 // Shared memory per stage (a kStages ring; every thread of the block issues cp.async for both parts):
 //   x:       BM rows x 128 bytes (64 fp16 of k), 128-byte swizzle: chunk c (8 k) of row r at r * 128 + ((c ^ (r & 7)) << 4),
@@ -52,7 +53,8 @@
 //
 // PDL: the block issues the trellis copies of its first stages, then griddepcontrol.wait (the input transform before it
 // writes xh), then the x copies; the prologue is one commit group plus empty ones so the count stays uniform.
-// K per block: runtime dispatch (dispatch_k2) on the shard's K2, so mixed-K fused layers run in one launch.
+// K: one kernel per (codebook, K2, BM); a fused layer with mixed K is one launch per run of shards of equal K
+// (launch_cb), each over its own column blocks.
 // This translation unit is compiled for sm_90a only (setup.py, with wgmma_gemm.cu); without 9.0 in the arch list
 // wgmma_stub.cpp stands in (gemm_wgmma_rs_built() = false).
 #include <cuda_fp16.h>
@@ -63,6 +65,7 @@
 
 #include "exl3/codebook.cuh"
 #include "exl3/dispatch.cuh"
+#include "exl3/mma.cuh"
 #include "exl3/params.h"
 #include "exl3/pdl.cuh"
 #include "exl3/sm90.cuh"
@@ -112,15 +115,23 @@ __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   return v;
 }
 
-// One block's k range for shard sh, K2 known at compile time.
+// One block: column block nb0 + blockIdx.x of the fused output (inside one shard of K2 = 2K), row block blockIdx.y, k
+// slice blockIdx.z. One kernel per (codebook, K2, BM): with all K bodies behind a runtime switch in one kernel (the
+// dispatch_k2 of the other GEMMs) ptxas spilled 392 bytes at BM 128 and 76 at BM 32 (mcg), against 0 and 0 for the K = 4
+// kernel alone; the host launches one grid per run of shards with equal K (launch_cb).
 template <int CB, int K2, int BM>
-__device__ __forceinline__ void rs_block(const GemmParams& p, const GemmShard& sh, uint32_t xs0, uint32_t ts0) {
+__global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
+    wgmma_rs_kernel(const __grid_constant__ GemmParams p, const int nb0) {
   using C = Cfg<BM>;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t sbase = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  const uint32_t xs0 = sbase, ts0 = sbase + C::kStages * C::kXStage;
   constexpr int S = C::kStages;
   constexpr int kTileBytes = 16 * K2;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
   const int g = lane >> 2, q = lane & 3;
-  const int col0 = blockIdx.x * kBN, m0 = blockIdx.y * BM;
+  const int col0 = (nb0 + blockIdx.x) * kBN, m0 = blockIdx.y * BM;
+  const GemmShard& sh = p.shard[shard_of(p.shard, p.num_shards, col0)];
   const int sps = p.k16_per_split / 4;  // 64-k stages per split (k16_per_split is a multiple of 4)
   const int s_begin = blockIdx.z * sps;
   const int ns = min(sps, p.k / kBK - s_begin);
@@ -239,54 +250,96 @@ __device__ __forceinline__ void rs_block(const GemmParams& p, const GemmShard& s
   fence_regs(acc);
   if (keep == 0x7FFF7FFFu && p.m < 0) p.acc[tid] = 1.f;  // never true (m >= 1); keeps the XORs and their reads
 
-  // red.global.add of the partial sums: lanes g = 0..7 of one (i, q) write 8 consecutive columns (32 bytes).
-  float* acc_out = p.acc + col0 + 64 * wg + 16 * w + g;
+  // Partial sums to the accumulator through shared memory: the D tile goes to T[m][n] (fp32, BM rows of kTRow = 132
+  // floats: 128 + 4 of padding), then each warp adds whole rows with red.global.add.v4.f32 (lane l: columns 4 l ..
+  // 4 l + 3, 512 contiguous bytes per row). Straight from the fragments (one scalar red per value, lanes g of one
+  // (i, q) on 32 bytes of a row) the prototype's epilogue variant took 5.0 us at m = 64 on 4096x11008, split 3
+  // (bench/results/profiles/wgmma-rs-proto-s12/call2-W0-time.log). Bank of the STS.32 of value i: (132 m + n) mod 32
+  // = (4 m + n) mod 32, and over a warp m = 2 q + const, n = g + const: 8 q + g, 32 distinct. The LDS.128 of a row:
+  // 512 contiguous bytes (rows start 528 = 33 x 16 bytes apart, so 16-byte aligned).
+  // T needs 528 BM bytes: the x ring (512 BM) and the start of the trellis ring (>= 4 x 512 bytes) behind it, both
+  // idle once every wgmma has completed and every copy has landed (the waits and the barrier below).
+  constexpr int kTRow = 132;
+  static_assert(kTRow * 4 * BM <= S * (C::kXStage + t_stage_bytes(K2)), "T fits the pipeline's shared memory");
+  cp_async_wait<0>();
+  __syncthreads();
+  {
+    const uint32_t t0 = xs0 + 4u * ((2 * q) * kTRow + 64 * wg + 16 * w + g);
 #pragma unroll
-  for (int i = 0; i < BM / 2; ++i) {
-    const int mm = m0 + 8 * (i >> 2) + 2 * q + (i & 1);
-    if (mm < p.m) atomicAdd(acc_out + static_cast<int64_t>(mm) * p.n_total + 8 * ((i >> 1) & 1), acc[i]);
+    for (int i = 0; i < BM / 2; ++i) {
+      const int r = 8 * (i >> 2) + (i & 1), c = 8 * ((i >> 1) & 1);
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(t0 + 4u * (r * kTRow + c)), "f"(acc[i]) : "memory");
+    }
+  }
+  __syncthreads();
+  const int rows = min(BM, p.m - m0);
+  for (int r = warp; r < rows; r += kThreads / 32) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(xs0 + 4u * (r * kTRow + 4 * lane))
+                 : "memory");
+    red_add_f32x4(p.acc + static_cast<int64_t>(m0 + r) * p.n_total + col0 + 4 * lane, v);
   }
 }
 
-template <int CB, int BM>
-__global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks) wgmma_rs_kernel(const __grid_constant__ GemmParams p) {
-  extern __shared__ uint8_t smem_raw[];
-  const uint32_t sbase = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
-  const uint32_t xs0 = sbase, ts0 = sbase + Cfg<BM>::kStages * Cfg<BM>::kXStage;
-  const int s = shard_of(p.shard, p.num_shards, blockIdx.x * kBN);
-  const GemmShard& sh = p.shard[s];
-  dispatch_k2<CB>(sh.K2, [&](auto k2) { rs_block<CB, decltype(k2)::value, BM>(p, sh, xs0, ts0); });
-}
-
-template <int CB, int BM>
-cudaError_t launch_cb_bm(const GemmParams& p, cudaStream_t stream) {
-  int max_K2 = 0;
-  for (int i = 0; i < p.num_shards; ++i) max_K2 = p.shard[i].K2 > max_K2 ? p.shard[i].K2 : max_K2;
-  static unsigned attr_set_mask = 0;  // per device: the dynamic shared memory opt-in at the largest K
+// One grid over the column blocks [nb0, nb0 + nblocks) (shards of one K2).
+template <int CB, int K2, int BM>
+cudaError_t launch_k2_bm(const GemmParams& p, int nb0, int nblocks, cudaStream_t stream) {
+  static unsigned attr_set_mask = 0;  // per device: the dynamic shared memory opt-in of this instance
   int dev = 0;
   cudaGetDevice(&dev);
   if (dev >= 32 || !((attr_set_mask >> dev) & 1u)) {
-    const cudaError_t e = cudaFuncSetAttribute(wgmma_rs_kernel<CB, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               smem_bytes<BM>(16));
+    const cudaError_t e = cudaFuncSetAttribute(wgmma_rs_kernel<CB, K2, BM>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<BM>(K2));
     if (e != cudaSuccess) return e;
     if (dev < 32) attr_set_mask |= 1u << dev;
   }
-  const dim3 grid(p.n_total / kBN, (p.m + BM - 1) / BM, p.split);
-  static const bool image_pdl = kernel_has_pdl(wgmma_rs_kernel<CB, BM>);
-  return launch_maybe_pdl(wgmma_rs_kernel<CB, BM>, grid, dim3(kThreads), smem_bytes<BM>(max_K2), stream,
-                          p.pdl != 0 && image_pdl, p);
+  const dim3 grid(nblocks, (p.m + BM - 1) / BM, p.split);
+  static const bool image_pdl = kernel_has_pdl(wgmma_rs_kernel<CB, K2, BM>);
+  return launch_maybe_pdl(wgmma_rs_kernel<CB, K2, BM>, grid, dim3(kThreads), smem_bytes<BM>(K2), stream,
+                          p.pdl != 0 && image_pdl, p, nb0);
 }
 
+template <int CB, int K2>
+cudaError_t launch_k2(const GemmParams& p, int bm, int nb0, int nblocks, cudaStream_t stream) {
+  if constexpr (!k2_built<CB, K2>()) {
+    return cudaErrorInvalidValue;  // the op refuses unbuilt K before launch (ops.cpp, k2_of)
+  } else {
+    switch (bm) {
+      case 8: return launch_k2_bm<CB, K2, 8>(p, nb0, nblocks, stream);
+      case 16: return launch_k2_bm<CB, K2, 16>(p, nb0, nblocks, stream);
+      case 32: return launch_k2_bm<CB, K2, 32>(p, nb0, nblocks, stream);
+      case 64: return launch_k2_bm<CB, K2, 64>(p, nb0, nblocks, stream);
+      case 128: return launch_k2_bm<CB, K2, 128>(p, nb0, nblocks, stream);
+      default: return cudaErrorInvalidValue;
+    }
+  }
+}
+
+// One launch per run of consecutive shards with the same K2 (one for single-shard layers and for fused layers of one
+// K; a qkv with K = 4, 5, 5 is two).
 template <int CB>
 cudaError_t launch_cb(const GemmParams& p, int bm, cudaStream_t stream) {
-  switch (bm) {
-    case 8: return launch_cb_bm<CB, 8>(p, stream);
-    case 16: return launch_cb_bm<CB, 16>(p, stream);
-    case 32: return launch_cb_bm<CB, 32>(p, stream);
-    case 64: return launch_cb_bm<CB, 64>(p, stream);
-    case 128: return launch_cb_bm<CB, 128>(p, stream);
-    default: return cudaErrorInvalidValue;
+  for (int i = 0; i < p.num_shards;) {
+    int j = i + 1;
+    while (j < p.num_shards && p.shard[j].K2 == p.shard[i].K2) ++j;
+    const int nb0 = p.shard[i].col_offset / kBN;
+    const int nblocks = (p.shard[j - 1].col_offset + p.shard[j - 1].n) / kBN - nb0;
+    cudaError_t e = cudaErrorInvalidValue;
+    switch (p.shard[i].K2) {
+#define EXL3_RS_K2_CASE(V) \
+  case V: e = launch_k2<CB, V>(p, bm, nb0, nblocks, stream); break;
+      EXL3_RS_K2_CASE(2) EXL3_RS_K2_CASE(3) EXL3_RS_K2_CASE(4) EXL3_RS_K2_CASE(5)
+      EXL3_RS_K2_CASE(6) EXL3_RS_K2_CASE(7) EXL3_RS_K2_CASE(8) EXL3_RS_K2_CASE(10)
+      EXL3_RS_K2_CASE(12) EXL3_RS_K2_CASE(14) EXL3_RS_K2_CASE(16)
+#undef EXL3_RS_K2_CASE
+      default: break;
+    }
+    if (e != cudaSuccess) return e;
+    i = j;
   }
+  return cudaSuccess;
 }
 
 }  // namespace rs

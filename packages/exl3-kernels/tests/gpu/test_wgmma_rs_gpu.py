@@ -86,12 +86,15 @@ def test_rs_every_bm_odd_m_bias(bm, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_rs_multishard_mixed_k(dtype):
-    """A fused qkv with mixed K (one launch, K dispatched per block): each shard's columns match its own
-    single-shard reference, with and without split-k."""
+@pytest.mark.parametrize("runs", ["qkv", "alternating"])
+def test_rs_multishard_mixed_k(dtype, runs):
+    """A fused layer with mixed K (one kernel per K: one launch per run of shards with equal K, here 2 for the qkv
+    layout K, K+1, K+1 and 3 for K, K+1, K): each shard's columns match its own single-shard reference, with and
+    without split-k."""
     cb = "mcg" if _ops.wgmma_rs_usable("cuda", 1) and compiled(1, 8) and compiled(1, 10) else _cb_with(8, 5)
-    k2s = [8, 10, 10] if cb != "mul1" else [8, 5, 5]
-    trellis, suh, svh, bias = random_layer(1024, [512, 128, 128], k2s, seed=29, bias=True)
+    hi = 10 if cb != "mul1" else 5
+    k2s = [8, hi, hi] if runs == "qkv" else [8, hi, 8]
+    trellis, suh, svh, bias = random_layer(1024, [512, 128, 256], k2s, seed=29, bias=True)
     for m, bm in ((17, 32), (100, 128)):
         x = torch.randn(m, 1024, device="cuda", dtype=dtype)
         ref = reference_forward(x, trellis, suh, svh, bias, cb)
