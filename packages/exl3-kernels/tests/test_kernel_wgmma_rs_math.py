@@ -2,11 +2,13 @@
 
 - The decoder's m16n8k16 B fragments of a 16x16 tile Ŵ (k x n) are, reordered {frag[0], frag[2], frag[1], frag[3]}, the
   wgmma / m16n8k16 A fragment of Ŵ^T (rows n, columns k): trellis.cuh's position map against the PTX A layout.
-- The accumulator map d[i] = D[16 w + g + 8 ((i >> 1) & 1)][8 (i >> 2) + 2 q + (i & 1)] of the 256 threads covers the
-  block's 128 columns x BM rows exactly once for every BM tier (the red.global.add targets).
+- The epilogue's staging of d[i] = D[16 w + g + 8 ((i >> 1) & 1)][8 (i >> 2) + 2 q + (i & 1)] into the shared tile T
+  covers the block's BM rows x 128 columns exactly once for every BM tier, conflict-free, and T fits the pipeline's
+  shared memory.
 - The x stage's cp.async writes (chunk c of row r at r * 128 + ((c ^ (r & 7)) << 4)) fill the stage exactly once and
   each 8-thread phase (one 128-byte row) writes 8 distinct 16-byte bank groups.
-The GPU tests (tests/gpu/test_wgmma_rs_gpu.py) check the results; these pin the layouts the comments claim.
+These restate the kernel's index expressions in Python (they do not read the .cu); the GPU tests
+(tests/gpu/test_wgmma_rs_gpu.py) check the results and tests/test_wgmma_rs_sass.py the compiled code's A registers.
 """
 from __future__ import annotations
 
@@ -47,18 +49,44 @@ def test_a_fragment_order_is_not_the_identity():
     assert bad > 0
 
 
+T_ROW = 132  # floats per row of the shared-memory tile T of the epilogue (wgmma_rs_gemm.cu, kTRow)
+
+
 @pytest.mark.parametrize("bm", RS_BM_TIERS)
-def test_accumulator_map_covers_the_block_once(bm):
+def test_accumulator_staging_covers_the_tile_once_without_bank_conflicts(bm):
+    """The epilogue's STS of d[i] at t0 + 4 (r T_ROW + c) with t0 = 4 (2 q T_ROW + 64 wg + 16 w + g), r = 8 (i >> 2) +
+    (i & 1), c = 8 ((i >> 1) & 1) (the kernel's expressions) lands at T[row][col] of the D mapping (row = 8 (i >> 2) +
+    2 q + (i & 1), col = 64 wg + 16 w + g + 8 ((i >> 1) & 1)), fills the BM x 128 tile once, and each warp store hits 32
+    distinct banks."""
     seen = {}
     for tid in range(256):
         lane, warp = tid & 31, tid >> 5
         wg, w, g, q = warp >> 2, warp & 3, lane >> 2, lane & 3
         for i in range(bm // 2):
-            col = 64 * wg + 16 * w + g + 8 * ((i >> 1) & 1)
-            row = 8 * (i >> 2) + 2 * q + (i & 1)
+            r, c = 8 * (i >> 2) + (i & 1), 8 * ((i >> 1) & 1)
+            word = (2 * q * T_ROW + 64 * wg + 16 * w + g) + (r * T_ROW + c)
+            row, col = divmod(word, T_ROW)
+            assert (row, col) == (8 * (i >> 2) + 2 * q + (i & 1), 64 * wg + 16 * w + g + 8 * ((i >> 1) & 1))
             assert (row, col) not in seen, (bm, tid, i)
             seen[(row, col)] = (tid, i)
     assert set(seen) == {(r, c) for r in range(bm) for c in range(128)}
+    for warp in range(8):
+        for i in range(bm // 2):
+            banks = set()
+            for lane in range(32):
+                wg, w, g, q = warp >> 2, warp & 3, lane >> 2, lane & 3
+                r, c = 8 * (i >> 2) + (i & 1), 8 * ((i >> 1) & 1)
+                banks.add(((2 * q + r) * T_ROW + 64 * wg + 16 * w + g + c) % 32)
+            assert len(banks) == 32, (bm, warp, i)
+
+
+def test_tile_fits_the_pipeline_shared_memory():
+    """T (BM rows of T_ROW floats) fits the x ring (4 stages of 128 BM bytes) plus the trellis ring (4 x 512 K2 bytes)
+    for every tier and K (the kernel's static_assert), and the row reads stay 16-byte aligned."""
+    for bm in RS_BM_TIERS:
+        for k2 in (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16):
+            assert 4 * T_ROW * bm <= 4 * (bm * 128 + 4 * 8 * 16 * k2)
+    assert (4 * T_ROW) % 16 == 0
 
 
 @pytest.mark.parametrize("bm", RS_BM_TIERS)

@@ -665,8 +665,9 @@ def test_rs_plans_tiers_splits_and_accumulator(shape, m):
 
     plans = rs_plans(shape, m, 132, ACC)
     assert plans and all(p.path == "wgmma_rs" for p in plans)
-    top = pick_bm(m, RS_BM_TIERS)
-    assert {p.bm for p in plans} == {top} | {b for b in RS_BM_TIERS if m / 2 <= b <= top}
+    expected = {1: {8}, 3: {8}, 8: {8}, 16: {8, 16}, 17: {16, 32}, 64: {32, 64}, 100: {64, 128}, 128: {64, 128},
+                256: {128}}
+    assert {p.bm for p in plans} == expected[m]
     for bm in {p.bm for p in plans}:
         assert Plan("wgmma_rs", bm, 1) in plans
     for p in plans:

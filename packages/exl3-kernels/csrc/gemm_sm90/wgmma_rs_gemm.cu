@@ -35,8 +35,9 @@
 // Pipeline (one __syncthreads per stage). Before stage s the block has committed cp.async groups for stages up to
 // s + kStages - 3. Stage s:
 //   1. wgmma.wait_group 1 (0 on the first stage of each 4-stage iteration, see below): this warpgroup's wgmmas of
-//      stages <= s - 2 are complete; every A register of the stage-(s - 2) group is then read once (XORed into a word
-//      stored only under an impossible condition). That read is what keeps those registers allocated until here:
+//      stages <= s - 2 are complete; every A register of the stage-(s - 2) group is then read once, in the same asm
+//      statement as the wait (XORed into a word stored only under an impossible condition: wgmma_wait_keep). That
+//      read is what keeps those registers allocated until here:
 //      ptxas gives HGMMA no read scoreboard and, with no later use, reused the A registers of in-flight wgmmas as
 //      scratch right after issue; every BM >= 64 check of the prototype then failed on the H200 (its W = 0), and
 //      passed with this read (W = 2) or with a wait_group 0 after every group (W = 1).
@@ -48,8 +49,9 @@
 //      group, and a wait_group 1 at the head of the runtime loop, made ptxas serialize every wgmma (C7513: it proves the
 //      two A sets disjoint from the in-flight group only in straight-line code); hence the loop unrolled by 4 stages
 //      with wait_group 0 at its head, and a do-while (no path reaches the final wait without a wgmma: C7515 otherwise).
-// After the loop: wait_group 0; red.global.add.f32 of the accumulators into p.acc (d[i] = D[16 w + g + 8 ((i >> 1) & 1)]
-// [8 (i >> 2) + 2 q + (i & 1)], D rows = output columns, D columns = rows of y).
+// After the loop: wait_group 0; the accumulators (d[i] = D[16 w + g + 8 ((i >> 1) & 1)][8 (i >> 2) + 2 q + (i & 1)], D rows
+// = output columns, D columns = rows of y) go through shared memory to whole-row red.global.add.v4.f32 into p.acc (the
+// epilogue comment at the end of the kernel).
 //
 // PDL: the block issues the trellis copies of its first stages, then griddepcontrol.wait (the input transform before it
 // writes xh), then the x copies; the prologue is one commit group plus empty ones so the count stays uniform.
@@ -60,6 +62,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -113,6 +116,30 @@ __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   uint32_t v;
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
   return v;
+}
+
+// wgmma.wait_group N, then the 16 A registers of the group it retires XORed into `keep`, in ONE asm statement: in PTX
+// order the registers are read after the wait, so ptxas keeps them allocated and unwritten from the group's issue to
+// here (pipeline step 1 of the header). As separate C++ the XOR is plain arithmetic that the compiler may legally
+// schedule before the wait (the first version did; its SASS happened to keep the order: review of b10f4c7). 8 LOP3.
+template <int N>
+__device__ __forceinline__ void wgmma_wait_keep(uint32_t& keep, const uint32_t (&a)[4][4]) {
+  asm volatile(
+      "{\n.reg .b32 t0, t1, t2, t3, t4;\n"
+      "wgmma.wait_group.sync.aligned %17;\n"
+      "lop3.b32 t0, %1, %2, %3, 0x96;\n"
+      "lop3.b32 t1, %4, %5, %6, 0x96;\n"
+      "lop3.b32 t2, %7, %8, %9, 0x96;\n"
+      "lop3.b32 t3, %10, %11, %12, 0x96;\n"
+      "lop3.b32 t4, %13, %14, %15, 0x96;\n"
+      "lop3.b32 t0, t0, t1, t2, 0x96;\n"
+      "lop3.b32 t3, t3, t4, %16, 0x96;\n"
+      "lop3.b32 %0, %0, t0, t3, 0x96;\n}\n"
+      : "+r"(keep)
+      : "r"(a[0][0]), "r"(a[0][1]), "r"(a[0][2]), "r"(a[0][3]), "r"(a[1][0]), "r"(a[1][1]), "r"(a[1][2]), "r"(a[1][3]),
+        "r"(a[2][0]), "r"(a[2][1]), "r"(a[2][2]), "r"(a[2][3]), "r"(a[3][0]), "r"(a[3][1]), "r"(a[3][2]), "r"(a[3][3]),
+        "n"(N)
+      : "memory");
 }
 
 // One block: column block nb0 + blockIdx.x of the fused output (inside one shard of K2 = 2K), row block blockIdx.y, k
@@ -192,10 +219,9 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
 
   auto body = [&](int s, auto jc) {
     constexpr int J = decltype(jc)::value, P = J & 1;
-    if constexpr (J == 0) wgmma_wait<0>();
-    else wgmma_wait<1>();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) keep ^= a[P][kk][0] ^ a[P][kk][1] ^ a[P][kk][2] ^ a[P][kk][3];
+    // a[P] was last read by the wgmmas of stage s - 2, retired by this wait
+    if constexpr (J == 0) wgmma_wait_keep<0>(keep, a[P]);
+    else wgmma_wait_keep<1>(keep, a[P]);
     cp_async_wait<S - 3>();
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
@@ -243,10 +269,8 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
     if (s + 3 < ns) body(s + 3, std::integral_constant<int, 3>{});
     s += 4;
   } while (s < ns);
-  wgmma_wait<0>();
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
-    keep ^= a[0][kk][0] ^ a[0][kk][1] ^ a[0][kk][2] ^ a[0][kk][3] ^ a[1][kk][0] ^ a[1][kk][1] ^ a[1][kk][2] ^ a[1][kk][3];
+  wgmma_wait_keep<0>(keep, a[0]);
+  wgmma_wait_keep<0>(keep, a[1]);
   fence_regs(acc);
   if (keep == 0x7FFF7FFFu && p.m < 0) p.acc[tid] = 1.f;  // never true (m >= 1); keeps the XORs and their reads
 
@@ -284,21 +308,37 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
 }
 
 // One grid over the column blocks [nb0, nb0 + nblocks) (shards of one K2).
+// Multiprocessor count of the current device (cached per device index).
+inline int current_sm_count(int dev) {
+  static std::atomic<int> cached[32];
+  if (dev >= 0 && dev < 32) {
+    const int c = cached[dev].load(std::memory_order_relaxed);
+    if (c > 0) return c;
+  }
+  int n = 0;
+  cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+  if (dev >= 0 && dev < 32 && n > 0) cached[dev].store(n, std::memory_order_relaxed);
+  return n;
+}
+
 template <int CB, int K2, int BM>
 cudaError_t launch_k2_bm(const GemmParams& p, int nb0, int nblocks, cudaStream_t stream) {
-  static unsigned attr_set_mask = 0;  // per device: the dynamic shared memory opt-in of this instance
+  static std::atomic<unsigned> attr_set_mask{0};  // per device: the dynamic shared memory opt-in of this instance
   int dev = 0;
   cudaGetDevice(&dev);
-  if (dev >= 32 || !((attr_set_mask >> dev) & 1u)) {
+  if (dev >= 32 || !((attr_set_mask.load(std::memory_order_relaxed) >> dev) & 1u)) {
     const cudaError_t e = cudaFuncSetAttribute(wgmma_rs_kernel<CB, K2, BM>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<BM>(K2));
     if (e != cudaSuccess) return e;
-    if (dev < 32) attr_set_mask |= 1u << dev;
+    if (dev < 32) attr_set_mask.fetch_or(1u << dev, std::memory_order_relaxed);
   }
   const dim3 grid(nblocks, (p.m + BM - 1) / BM, p.split);
   static const bool image_pdl = kernel_has_pdl(wgmma_rs_kernel<CB, K2, BM>);
-  return launch_maybe_pdl(wgmma_rs_kernel<CB, K2, BM>, grid, dim3(kThreads), smem_bytes<BM>(K2), stream,
-                          p.pdl != 0 && image_pdl, p, nb0);
+  // PDL per launch, by the rule of ops.cpp (gemm_setup) applied to this grid, not the layer's: a fused layer's
+  // per-K grids can be smaller than the SM count where the layer's is not.
+  const bool pdl = p.pdl != 0 && image_pdl &&
+                   static_cast<int64_t>(grid.x) * grid.y * grid.z >= current_sm_count(dev);
+  return launch_maybe_pdl(wgmma_rs_kernel<CB, K2, BM>, grid, dim3(kThreads), smem_bytes<BM>(K2), stream, pdl, p, nb0);
 }
 
 template <int CB, int K2>
@@ -363,8 +403,13 @@ cudaError_t launch_gemm_wgmma_rs(const GemmParams& p, int codebook, int bm, cuda
 #if EXL3_WGMMA_CB_MASK & 4
   if (codebook == 2) e = rs::launch_cb<2>(p, bm, stream);
 #endif
-  if (e != cudaSuccess) return e;
-  return launch_output_transform(p, stream);  // at every split: the output Hadamard, svh, bias; re-zeroes acc
+  if (e == cudaSuccess) e = launch_output_transform(p, stream);  // every split: output Hadamard, svh, bias; re-zeroes acc
+  if (e != cudaSuccess) {
+    // a launch after the first (a later K run, or the epilogue) failed after sums were added: leave the process-wide
+    // accumulator zero, as every later split-k call expects (review of b10f4c7)
+    cudaMemsetAsync(p.acc, 0, sizeof(float) * static_cast<size_t>(p.m) * p.n_total, stream);
+  }
+  return e;
 }
 
 }  // namespace exl3

@@ -25,6 +25,7 @@ during capture).
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -194,6 +195,11 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
             else:
                 outs.append(torch.mm(x2, w))
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+    if plan.path == "wgmma_rs" and x2.shape[0] * sum(t.shape[1] * 16 for t in trellis) > workspace.splitk_capacity():
+        # a pinned wgmma_rs plan (the autotuner never offers one that does not fit, plan.rs_plans) at an m whose outputs
+        # exceed the accumulator, which this kernel needs at every split: the mma.sync GEMM at split 1 instead
+        _warn_rs_fallback(x2.shape[0])
+        plan = Plan("gemm", max(b for cb, b in _ops.built_instances() if cb == codebook), 1)
     if plan.path == "wgmma_rs":  # the kernel reduces through the accumulator at every split
         xh = _ops.input_transform(x2, suh)
         return _ops.gemm_wgmma_rs(xh, trellis, svh, bias32, codebook, plan.bm, plan.split,
@@ -211,6 +217,18 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
     # a cluster plan reduces in a cluster; otherwise CUDA_EXL3_CLUSTER decides (unset / 0: the accumulator)
     cluster = True if plan.cluster else None
     return _ops.gemm(xh, trellis, svh, bias32, codebook, plan.bm, plan.split, acc, x2.dtype, plan.lohi, cluster)
+
+
+_rs_fallback_warned = False
+
+
+def _warn_rs_fallback(m: int) -> None:
+    global _rs_fallback_warned
+    if not _rs_fallback_warned:
+        _rs_fallback_warned = True
+        warnings.warn(f"exl3_kernels: CUDA_EXL3_PATH=wgmma_rs at m = {m}: the outputs exceed the split-k accumulator "
+                      "(CUDA_EXL3_SPLITK_WORKSPACE_MB), which that kernel needs; running the mma.sync GEMM at split 1",
+                      RuntimeWarning, stacklevel=3)
 
 
 def _check_aligned(tensors: list[torch.Tensor], what: str) -> None:

@@ -47,10 +47,13 @@ def _rs(x, trellis, suh, svh, bias, cb: int, bm: int, split: int, dtype):
     return _ops.gemm_wgmma_rs(xh, trellis, svh, bias, cb, bm, split, workspace.splitk_acc(x.device), dtype)
 
 
+@pytest.mark.parametrize("bm", [8, 64, 128])
 @pytest.mark.parametrize("cb", ["3inst", "mcg", "mul1"])
 @pytest.mark.parametrize("k2", ALL_K2)
-def test_rs_every_k_and_codebook(cb, k2):
-    """Every codebook x K at BM 64 (m = 50: rows 50..63 of the block zero-filled), split 1 and 3, k = 1024."""
+def test_rs_every_k_and_codebook(cb, k2, bm):
+    """Every codebook x K at BM 8, 64 and 128 (one kernel each; the BM 128 instances of K = 7-8 and some of 3inst are the
+    ones ptxas spills in), m = 50 (BM 8: seven row blocks; 64 / 128: rows 50.. of the block zero-filled), split 1 and 3,
+    k = 1024."""
     if k2 % 2 and cb != "mul1":
         pytest.skip("half rates exist for mul1 only")
     _need(cb, k2)
@@ -58,7 +61,7 @@ def test_rs_every_k_and_codebook(cb, k2):
     x = torch.randn(50, 1024, device="cuda", dtype=torch.float16)
     ref = reference_forward(x, trellis, suh, svh, None, cb)
     for split in (1, 3):
-        y = _rs(x, trellis, suh, svh, None, CBS[cb], 64, split, torch.float16)
+        y = _rs(x, trellis, suh, svh, None, CBS[cb], bm, split, torch.float16)
         assert y.shape == (50, 256) and y.dtype == torch.float16
         assert rel_err(y, ref) < TOL[torch.float16], (cb, k2, split, rel_err(y, ref))
         _acc_is_zero()
@@ -111,8 +114,8 @@ def test_rs_multishard_mixed_k(dtype, runs):
 
 
 def test_rs_every_split_leaves_the_accumulator_zero():
-    """k = 1024 (16 stages): splits 1..16, including splits with empty k slices (11: 8 stages per slice after rounding
-    to whole stages, slices 2..10 empty), each against the reference and with the accumulator all zero afterwards."""
+    """k = 1024 (16 stages): splits 1..16, including splits with empty k slices (11: 2 stages per slice after rounding to
+    whole stages, slices 8..10 empty), each against the reference and with the accumulator all zero afterwards."""
     cb = _cb_with(8)
     trellis, suh, svh, bias = random_layer(1024, [256], [8], seed=33, bias=True)
     x = torch.randn(40, 1024, device="cuda", dtype=torch.float16)
@@ -140,6 +143,48 @@ def test_rs_pdl_changes_nothing(split, monkeypatch):
         assert rel_err(out["1"], out["0"]) < 1e-3
     assert rel_err(out["1"], reference_forward(x, trellis, suh, svh, None, cb)) < TOL[torch.float16]
     _acc_is_zero()
+
+
+def test_rs_pdl_with_several_launches(monkeypatch):
+    """A mixed-K layer (one launch per K run) whose per-K grids hold more blocks than SMs, so every launch uses PDL:
+    bit for bit equal to the run without PDL at split 1, and right against the reference."""
+    cb = "mcg" if _ops.wgmma_rs_usable("cuda", 1) and compiled(1, 8) and compiled(1, 10) else _cb_with(8, 5)
+    hi = 10 if cb != "mul1" else 5
+    trellis, suh, svh, bias = random_layer(1024, [4096, 2048, 4096], [8, hi, 8], seed=53, bias=True)
+    x = torch.randn(200, 1024, device="cuda", dtype=torch.float16)  # BM 16: 13 row blocks x (32, 16, 32) column blocks
+    out = {}
+    for pdl in ("1", "0"):
+        monkeypatch.setenv("CUDA_EXL3_PDL", pdl)
+        out[pdl] = _rs(x, trellis, suh, svh, bias, CBS[cb], 16, 1, torch.float16)
+    assert torch.equal(out["1"], out["0"])
+    assert rel_err(out["1"], reference_forward(x, trellis, suh, svh, bias, cb)) < TOL[torch.float16]
+    _acc_is_zero()
+
+
+def test_rs_pin_beyond_the_accumulator_falls_back(monkeypatch):
+    """CUDA_EXL3_PATH=wgmma_rs at an m whose m x n outputs do not fit the accumulator (the kernel needs it at every
+    split): the layer runs the mma.sync GEMM instead of failing."""
+    cb = _cb_with(8)
+    trellis, suh, svh, _ = random_layer(512, [1024], [8], seed=55)
+    layer = Exl3Layer(trellis, suh, svh, cb, None)
+    for v in ("PATH", "BM", "SPLIT", "LOHI", "AUTOTUNE", "DETERMINISTIC"):
+        monkeypatch.delenv(f"CUDA_EXL3_{v}", raising=False)
+    monkeypatch.setenv("CUDA_EXL3_PATH", "wgmma_rs")
+    monkeypatch.setenv("CUDA_EXL3_AUTOTUNE", "0")
+    rows = workspace.splitk_capacity() // 1024 + 1
+    calls = []
+    real = _ops.gemm_wgmma_rs
+    monkeypatch.setattr(_ops, "gemm_wgmma_rs", lambda *a: calls.append(a[5]) or real(*a))
+    autotune.clear()
+    x = torch.randn(rows, 512, device="cuda", dtype=torch.float16)
+    y = exl3_linear(x, layer)
+    assert y.shape == (rows, 1024) and not calls
+    assert rel_err(y, reference_forward(x, trellis, suh, svh, None, cb)) < TOL[torch.float16]
+    x = torch.randn(64, 512, device="cuda", dtype=torch.float16)
+    exl3_linear(x, layer)
+    assert calls  # within the accumulator the pin holds
+    _acc_is_zero()
+    autotune.clear()
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

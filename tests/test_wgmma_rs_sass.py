@@ -1,0 +1,86 @@
+"""The register-A wgmma GEMM's A-register invariant, checked on its SASS without a GPU (tools/check_wgmma_rs_sass.py).
+
+ptxas gives HGMMA no read scoreboard: an instruction that writes an A register of a wgmma group before the
+WARPGROUP.DEPBAR that retires the group corrupts the product (every BM >= 64 check of the prototype failed on the H200
+that way, docs/hopper-gemm.md, "Register-A wgmma"). The kernel keeps the registers with a read in the same asm statement
+as the wait (wgmma_rs_gemm.cu, wgmma_wait_keep); this test compiles a reduced instance set to a cubin (nvcc, sm_90a)
+and scans its SASS (cuobjdump and nvdisasm from the dev dependencies nvidia-cuda-cuobjdump / -nvdisasm), and shows the scan failing on a mutant
+with the keep-alive replaced by a plain wait. Skips without nvcc or cuobjdump (CI has both).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "packages" / "exl3-kernels"
+SRC = PKG / "csrc" / "gemm_sm90" / "wgmma_rs_gemm.cu"
+
+
+def _tool(name: str, extra_dirs: list[Path]) -> str | None:
+    for d in extra_dirs:
+        if (d / name).is_file():
+            return str(d / name)
+    return shutil.which(name)
+
+
+def _cuda_home_bin() -> list[Path]:
+    dirs = [Path(os.environ["CUDA_HOME"]) / "bin"] if os.environ.get("CUDA_HOME") else []
+    return dirs + [Path("/usr/local/cuda/bin")]
+
+
+def _pip_cuda_bin() -> list[Path]:
+    spec = importlib.util.find_spec("nvidia")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [Path(p) / "cu13" / "bin" for p in spec.submodule_search_locations]
+
+
+NVCC = _tool("nvcc", _cuda_home_bin())
+CUOBJDUMP = _tool("cuobjdump", _pip_cuda_bin() + _cuda_home_bin())
+pytestmark = pytest.mark.skipif(NVCC is None or CUOBJDUMP is None, reason="needs nvcc and cuobjdump")
+
+sys.path.insert(0, str(ROOT / "tools"))
+from check_wgmma_rs_sass import check  # noqa: E402
+
+
+def _sass(src: Path, tmp_path: Path, k2_mask: int) -> str:
+    cubin = tmp_path / (src.stem + ".cubin")
+    subprocess.run([NVCC, "-cubin", str(src), "-o", str(cubin), "-O3", "-std=c++17", "--expt-relaxed-constexpr",
+                    f"-DEXL3_K2_MASK={k2_mask:#x}u", "-DEXL3_WGMMA_CB_MASK=0x2",
+                    "-gencode=arch=compute_90a,code=sm_90a", f"-I{PKG / 'csrc' / 'include'}", f"-I{PKG / 'csrc'}"],
+                   check=True, capture_output=True)
+    env = dict(os.environ)  # cuobjdump -sass runs nvdisasm: take the one beside it (nvidia-cuda-nvdisasm)
+    env["PATH"] = str(Path(CUOBJDUMP).parent) + os.pathsep + env.get("PATH", "")
+    return subprocess.run([CUOBJDUMP, "-sass", str(cubin)], check=True, capture_output=True, text=True, env=env).stdout
+
+
+def test_no_write_to_the_a_registers_of_an_inflight_wgmma(tmp_path):
+    """mcg at K = 2, 4, 5 (K2 4, 8, 10), every BM tier: 15 kernels."""
+    sass = _sass(SRC, tmp_path, (1 << 4) | (1 << 8) | (1 << 10))
+    assert sass.count("Function : _ZN4exl32rs15wgmma_rs_kernel") == 15
+    assert sass.count("HGMMA") >= 15 * 8
+    problems = check(sass)
+    assert problems == [], problems[:10]
+
+
+def test_the_check_fails_without_the_keep_alive(tmp_path):
+    """The same kernel with wgmma_wait_keep replaced by a plain wgmma.wait_group: ptxas then reuses in-flight A
+    registers (thousands of hits at K = 4), so the scan above can fail."""
+    text = SRC.read_text()
+    assert text.count("wgmma_wait_keep<") >= 4
+    mutant = tmp_path / "wgmma_rs_gemm_mutant.cu"
+    body = text
+    for n in ("0", "1"):
+        for a in ("a[P]", "a[0]", "a[1]"):
+            body = body.replace(f"wgmma_wait_keep<{n}>(keep, {a});", f"wgmma_wait<{n}>();")
+    assert "wgmma_wait_keep<" not in body  # every call site replaced
+    mutant.write_text(body)
+    sass = _sass(mutant, tmp_path, 1 << 8)
+    assert len(check(sass)) > 100
