@@ -44,7 +44,7 @@ def _pip_cuda_bin() -> list[Path]:
 
 NVCC = _tool("nvcc", _cuda_home_bin())
 CUOBJDUMP = _tool("cuobjdump", _pip_cuda_bin() + _cuda_home_bin())
-pytestmark = pytest.mark.skipif(NVCC is None or CUOBJDUMP is None, reason="needs nvcc and cuobjdump")
+needs_tools = pytest.mark.skipif(NVCC is None or CUOBJDUMP is None, reason="needs nvcc and cuobjdump")
 
 sys.path.insert(0, str(ROOT / "tools"))
 from check_wgmma_rs_sass import check  # noqa: E402
@@ -61,6 +61,7 @@ def _sass(src: Path, tmp_path: Path, k2_mask: int) -> str:
     return subprocess.run([CUOBJDUMP, "-sass", str(cubin)], check=True, capture_output=True, text=True, env=env).stdout
 
 
+@needs_tools
 def test_no_write_to_the_a_registers_of_an_inflight_wgmma(tmp_path):
     """mcg at K = 2, 4, 5 (K2 4, 8, 10), every BM tier: 15 kernels."""
     sass = _sass(SRC, tmp_path, (1 << 4) | (1 << 8) | (1 << 10))
@@ -70,6 +71,7 @@ def test_no_write_to_the_a_registers_of_an_inflight_wgmma(tmp_path):
     assert problems == [], problems[:10]
 
 
+@needs_tools
 def test_the_check_fails_without_the_keep_alive(tmp_path):
     """The same kernel with wgmma_wait_keep replaced by a plain wgmma.wait_group: ptxas then reuses in-flight A
     registers (thousands of hits at K = 4), so the scan above can fail."""
@@ -84,3 +86,12 @@ def test_the_check_fails_without_the_keep_alive(tmp_path):
     mutant.write_text(body)
     sass = _sass(mutant, tmp_path, 1 << 8)
     assert len(check(sass)) > 100
+
+
+def test_generated_wgmma_header_is_current():
+    """exl3/wgmma_rs.cuh is what tools/gen_wgmma_rs.py writes (no hand edits, no stale copy)."""
+    from gen_wgmma_rs import OUT, render
+
+    text = (ROOT / OUT).read_text()
+    assert text == render()
+    assert text.count("\"wgmma.mma_async.sync.aligned.m64n") == 6  # one asm string per N

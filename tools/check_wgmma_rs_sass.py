@@ -24,6 +24,8 @@ REG = re.compile(r"\bR(\d+)\b")
 
 
 def dest_regs(op: str, args: str) -> set[int]:
+    """General registers an instruction writes: its first operand when that is a register Rn of a writing opcode,
+    widened to 2 / 4 registers for .64 / .WIDE and .128 forms; empty for stores, reductions, barriers, branches."""
     base = op.split(".")[0]
     if base in NO_DEST or not args:
         return set()
@@ -41,6 +43,8 @@ def dest_regs(op: str, args: str) -> set[int]:
 
 
 def check(sass: str) -> list[str]:
+    """Violations in ``cuobjdump -sass`` text: one line per instruction that writes an A register of an HGMMA group not
+    yet retired (function, address, instruction, registers). Empty when the invariant holds."""
     problems: list[str] = []
     func = "?"
     pending: list[tuple[set[int], str]] = []  # oldest first: (A registers of the group, where it was issued)

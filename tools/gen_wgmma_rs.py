@@ -54,6 +54,7 @@ __device__ __forceinline__ void fence_regs(uint32_t (&a)[R]) {
 
 
 def wrapper(n: int) -> str:
+    """C++ text of WgmmaRs<n>: one asm statement with n / 2 "+f" accumulators, 4 "r" A registers, the "l" descriptor."""
     r = n // 2
     dregs = ", ".join(f"%{i}" for i in range(r))
     a = ", ".join(f"%{r + i}" for i in range(4))
@@ -76,8 +77,14 @@ def wrapper(n: int) -> str:
     return "\n".join(lines)
 
 
+def render() -> str:
+    """The header's full text."""
+    return HEAD + "\n" + "\n".join(wrapper(n) for n in NS) + TAIL
+
+
 def main() -> None:
-    body = HEAD + "\n" + "\n".join(wrapper(n) for n in NS) + TAIL
+    """Write OUT (run from the repository root)."""
+    body = render()
     OUT.write_text(body)
     print(f"wrote {OUT} ({len(body)} bytes)")
 
