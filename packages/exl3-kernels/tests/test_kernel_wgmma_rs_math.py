@@ -98,3 +98,43 @@ def test_x_stage_writes_fill_the_stage_conflict_free(bm):
     assert sorted(addrs) == list(range(0, bm * 128, 16))
     for p0 in range(0, len(addrs), 8):  # one 128-byte row per 8 consecutive threads
         assert len({(a >> 4) & 7 for a in addrs[p0:p0 + 8]}) == 8
+
+
+@pytest.mark.parametrize("bm", [8, 16, 64])
+@pytest.mark.parametrize("k2", [2, 3, 4, 5, 8, 10, 16])
+def test_hoisted_copy_addresses_equal_the_per_stage_form(bm, k2):
+    """At BM 8, 16 and 64 the kernel keeps, per thread, byte offsets from running stage pointers (advanced by one
+    stage per load) and shared offsets + immediates (wgmma_rs_gemm.cu, kHoist); they address the same bytes as the
+    per-stage form (chunk i = tid + 256 j: x row i >> 3 (row m0 when outside m), chunk i & 7; trellis tile row i / (8 K2),
+    chunk i % (8 K2)) for every stage, slot and copy. Checked for a few k, m and shard geometries."""
+    k, m, ntiles, tn0, s_begin, m0 = 1024, 70, 24, 8, 3, 0
+    t_stage = 4 * 8 * 16 * k2
+    x_stage = bm * 128
+    for m0 in range(0, m, bm):
+        for tid in range(256):
+            xr, xc = tid >> 3, tid & 7
+            for j in range((bm * 8 + 255) // 256):
+                i = tid + 256 * j
+                if i >= bm * 8:
+                    continue
+                r, c = i >> 3, i & 7
+                assert (r, c) == (xr + 32 * j, xc)
+                assert r * 128 + ((c ^ (r & 7)) << 4) == xr * 128 + ((xc ^ (xr & 7)) << 4) + 4096 * j
+                inside = m0 + r < m
+                xoff = (r * k * 2 if inside else 0) + xc * 16
+                for s in range(3):
+                    hoisted = (m0 * k + s_begin * 64) * 2 + s * 128 + xoff  # bytes from xh
+                    direct = ((m0 + r if inside else m0) * k + (s_begin + s) * 64 + c * 8) * 2
+                    assert hoisted == direct, (tid, j, s)
+            for j in range((4 * 8 * k2 + 255) // 256):
+                i = tid + 256 * j
+                if i >= 4 * 8 * k2:
+                    continue
+                tr, c = i // (8 * k2), i % (8 * k2)
+                toff = tr * ntiles * 16 * k2 + 16 * c
+                for s in range(3):
+                    hoisted = (4 * s_begin * ntiles + tn0) * 16 * k2 + s * 4 * ntiles * 16 * k2 + toff
+                    direct = ((4 * (s_begin + s) + tr) * ntiles + tn0) * 16 * k2 + 16 * c
+                    assert hoisted == direct, (tid, j, s)
+                    assert tr * 8 * 16 * k2 + 16 * c < t_stage
+            assert x_stage % 1024 == 0

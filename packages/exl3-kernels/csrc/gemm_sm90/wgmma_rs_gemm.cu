@@ -72,6 +72,7 @@
 #include "exl3/params.h"
 #include "exl3/pdl.cuh"
 #include "exl3/sm90.cuh"
+#include "exl3/static_for.cuh"
 #include "exl3/trellis.cuh"
 #include "exl3/wgmma_rs.cuh"
 
@@ -90,6 +91,9 @@ constexpr int kBN = 128, kBK = 64, kThreads = 256;
 template <int BM>
 struct Cfg {
   static_assert(BM == 8 || BM == 16 || BM == 32 || BM == 64 || BM == 128, "BM tier");
+  // 4 stages (prefetch distance 2) at every tier. Measured on the H200 (thirteenth session, docs/hopper-gemm.md,
+  // "Register-A wgmma"): 8 stages where they fit (BM <= 64) and one commit group per prologue stage moved op times by
+  // -1..+1% at m = 16-128 on all five shapes, the run-to-run spread; unrolled by 8 instead of 4 it was 1-4% slower.
   static constexpr int kStages = 4;
   static constexpr int kXStage = BM * 128;  // bytes, a multiple of 1024
   // Blocks per SM asked of ptxas (registers = 65536 / (256 x this)): accumulators BM / 2 per thread, the two A sets 32,
@@ -104,17 +108,22 @@ __host__ __device__ constexpr int smem_bytes(int K2) {
 }
 static_assert(smem_bytes<128>(16) <= 227 * 1024, "sm_90 opt-in shared memory per block");
 
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
-__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
+// A 16-byte cp.async (src_bytes 0: zero fill, nothing read) and a 32-bit shared load, each with a compile-time byte
+// offset added to the shared-memory address (an immediate of the instruction).
+template <int kOff>
+__device__ __forceinline__ void cp_async16_at(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0+%1], [%2], 16, %3;\n" ::"r"(dst), "n"(kOff), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+template <int kOff>
+__device__ __forceinline__ uint32_t lds32_at(uint32_t addr) {
   uint32_t v;
-  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  asm volatile("ld.shared.u32 %0, [%1+%2];\n" : "=r"(v) : "r"(addr), "n"(kOff));
   return v;
 }
 
@@ -166,32 +175,78 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
   const int tn0 = (col0 - sh.col_offset) / 16, ntiles = sh.n / 16;
   const uint16_t* xh = sh.xh;
 
-  auto load_x = [&](int s) {
-    const uint32_t xs = xs0 + (s % S) * C::kXStage;
-    const int kg = s_begin + s;
-    constexpr int kChunks = BM * 8;
+  // cp.async addressing. The ring slot of every load, decode and descriptor is a compile-time constant (immediate
+  // offsets) because the loop runs 4 = kStages stages per iteration from stage 0. At BM 8, 16 and 64 the copies'
+  // addresses are hoisted out of the k loop: per thread a byte offset from a running source pointer (xp, tp: the next
+  // stage to load, advanced by one stage per load) and a shared-memory offset, instead of the 64-bit addresses
+  // recomputed from (row, k) in every stage, which took ~25 of the ~238 SASS instructions of a stage at BM 64, K = 4
+  // (thirteenth session, docs/hopper-gemm.md "Register-A wgmma"). At BM 32 (80 registers for 3 blocks per SM) and BM
+  // 128 (64 accumulators) the hoisted registers made ptxas spill in the k loop (16-72 bytes, K = 1..8), so those tiers
+  // keep the per-stage form.
+  static_assert(C::kStages == 4, "slot = stage mod 4 = the index of the body in the loop unrolled by 4");
+  constexpr bool kHoist = BM == 8 || BM == 16 || BM == 64;
+  // x: chunk i = tid + 256 j of a stage is row (tid >> 3) + 32 j, 16-byte chunk tid & 7 (the same for every j, so the
+  // swizzled shared offset of copy j is that of copy 0 plus 32 rows = 4096 bytes per j). Rows >= m copy nothing (src-size
+  // 0, zero fill) from row m0.
+  constexpr int kXChunks = BM * 8, kXIters = (kXChunks + kThreads - 1) / kThreads;
+  const int xr = tid >> 3, xc = tid & 7;
+  const char* xp = reinterpret_cast<const char*>(xh + static_cast<int64_t>(m0) * p.k + static_cast<int64_t>(s_begin) * kBK);
+  int32_t xoff[kXIters] = {};  // bytes from xp (< 2^31: BM <= 64 rows of k <= 2^24 values, ops.cpp checks k)
+  int xbytes[kXIters] = {};
+  if constexpr (kHoist) {
 #pragma unroll
-    for (int j = 0; j < (kChunks + kThreads - 1) / kThreads; ++j) {
-      const int i = tid + j * kThreads;
-      if (kChunks % kThreads != 0 && i >= kChunks) break;
-      const int r = i >> 3, c = i & 7, row = m0 + r;
-      const bool in = row < p.m;
-      const uint16_t* src = xh + static_cast<int64_t>(in ? row : 0) * p.k + kg * kBK + c * 8;
-      cp_async16(xs + r * 128 + ((c ^ (r & 7)) << 4), src, in ? 16 : 0);
+    for (int j = 0; j < kXIters; ++j) {
+      const bool in = m0 + xr + 32 * j < p.m;
+      xoff[j] = (in ? (xr + 32 * j) * p.k * 2 : 0) + xc * 16;
+      xbytes[j] = in ? 16 : 0;
     }
+  }
+  const uint32_t xd = kHoist ? xs0 + xr * 128 + ((xc ^ (xr & 7)) << 4) : 0u;
+  // trellis: chunk i = tid + 256 j of a stage is tile row i / (8 K2), 16-byte chunk i % (8 K2) of that row's 8 tiles
+  constexpr int kTRowChunks = 8 * K2, kTChunks = 4 * kTRowChunks, kTIters = (kTChunks + kThreads - 1) / kThreads;
+  const char* tp = reinterpret_cast<const char*>(sh.trellis + (static_cast<int64_t>(4 * s_begin) * ntiles + tn0) * (4 * K2));
+  const int64_t t_stride = static_cast<int64_t>(4 * ntiles) * (16 * K2);  // bytes per stage: 4 tile rows of the shard
+  int32_t toff[kTIters] = {};
+  uint32_t td[kTIters] = {};
+  if constexpr (kHoist) {
+#pragma unroll
+    for (int j = 0; j < kTIters; ++j) {
+      const int i = tid + j * kThreads;
+      toff[j] = (i / kTRowChunks) * ntiles * (16 * K2) + 16 * (i % kTRowChunks);
+      td[j] = ts0 + (i / kTRowChunks) * (8 * kTileBytes) + 16 * (i % kTRowChunks);
+    }
+  }
+  auto load_x = [&](auto slot_c, int s) {
+    [[maybe_unused]] constexpr int kSlot = decltype(slot_c)::value;
+    static_for<kXIters>([&](auto jc) {
+      constexpr int j = decltype(jc)::value;
+      if (kXChunks % kThreads != 0 && tid + j * kThreads >= kXChunks) return;
+      if constexpr (kHoist) {
+        cp_async16_at<kSlot * C::kXStage + 4096 * j>(xd, xp + xoff[j], xbytes[j]);
+      } else {
+        const int r = xr + 32 * j, row = m0 + r;
+        const bool in = row < p.m;
+        const uint16_t* src = xh + static_cast<int64_t>(in ? row : 0) * p.k + (s_begin + s) * kBK + xc * 8;
+        cp_async16_at<0>(xs0 + (s % S) * C::kXStage + r * 128 + ((xc ^ (r & 7)) << 4), src, in ? 16 : 0);
+      }
+    });
+    if constexpr (kHoist) xp += kBK * 2;
   };
-  auto load_t = [&](int s) {
-    const uint32_t ts = ts0 + (s % S) * t_stage_bytes(K2);
-    const int kg = s_begin + s;
-    constexpr int kRowChunks = 8 * K2;  // 16-byte chunks per tile row of the stage
-#pragma unroll
-    for (int j = 0; j < (4 * kRowChunks + kThreads - 1) / kThreads; ++j) {
-      const int i = tid + j * kThreads;
-      if ((4 * kRowChunks) % kThreads != 0 && i >= 4 * kRowChunks) break;
-      const int tr = i / kRowChunks, c = i % kRowChunks;
-      const uint32_t* src = sh.trellis + (static_cast<int64_t>(4 * kg + tr) * ntiles + tn0) * (4 * K2) + 4 * c;
-      cp_async16(ts + tr * (8 * kTileBytes) + 16 * c, src, 16);
-    }
+  auto load_t = [&](auto slot_c, int s) {
+    [[maybe_unused]] constexpr int kSlot = decltype(slot_c)::value;
+    static_for<kTIters>([&](auto jc) {
+      constexpr int j = decltype(jc)::value;
+      if (kTChunks % kThreads != 0 && tid + j * kThreads >= kTChunks) return;
+      if constexpr (kHoist) {
+        cp_async16_at<kSlot * t_stage_bytes(K2)>(td[j], tp + toff[j], 16);
+      } else {
+        const int i = tid + j * kThreads, tr = i / kTRowChunks, c = i % kTRowChunks;
+        const uint32_t* src =
+            sh.trellis + (static_cast<int64_t>(4 * (s_begin + s) + tr) * ntiles + tn0) * (4 * K2) + 4 * c;
+        cp_async16_at<0>(ts0 + (s % S) * t_stage_bytes(K2) + tr * (8 * kTileBytes) + 16 * c, src, 16);
+      }
+    });
+    if constexpr (kHoist) tp += t_stride;
   };
 
   float acc[BM / 2];
@@ -204,15 +259,23 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
   const LaneWindow<K2> lw = LaneWindow<K2>::make(lane);
   const DecodeConsts dk = DecodeConsts::make();
   const int tcol = 4 * wg + w;
+  // shared addresses of this lane's three window words in slot 0, tile row 0 (slot and tile row add immediates)
+  const uint32_t wa0 = kHoist ? ts0 + tcol * kTileBytes + lw.off[0] : 0u,
+                 wa1 = kHoist ? ts0 + tcol * kTileBytes + lw.off[1] : 0u,
+                 wa2 = kHoist ? ts0 + tcol * kTileBytes + lw.off[2] : 0u;
+  // descriptor of slot 0, k16 step 0: + (slot bytes >> 4) for the slot and + 2 per step (its start address field)
+  const uint64_t desc0 = kHoist ? desc_sw128(xs0) : 0ull;
 
   // Prologue: trellis of stages 0 .. S - 3 before the PDL wait (it does not depend on the kernel before), x after it.
-#pragma unroll
-  for (int i = 0; i < S - 2; ++i)
-    if (i < ns) load_t(i);
+  static_for<S - 2>([&](auto ic) {
+    constexpr int I = decltype(ic)::value;
+    if (I < ns) load_t(ic, I);
+  });
   pdl_wait();
-#pragma unroll
-  for (int i = 0; i < S - 2; ++i)
-    if (i < ns) load_x(i);
+  static_for<S - 2>([&](auto ic) {
+    constexpr int I = decltype(ic)::value;
+    if (I < ns) load_x(ic, I);
+  });
   cp_async_commit();
 #pragma unroll
   for (int i = 1; i < S - 2; ++i) cp_async_commit();  // empty: one group per prologue stage for the count
@@ -225,21 +288,26 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
     cp_async_wait<S - 3>();
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
+    constexpr int kSlot = J;  // s % S (s = 4 iterations + J)
     if (s + S - 2 < ns) {
-      load_t(s + S - 2);
-      load_x(s + S - 2);
+      load_t(std::integral_constant<int, (J + S - 2) % S>{}, s + S - 2);
+      load_x(std::integral_constant<int, (J + S - 2) % S>{}, s + S - 2);
     }
     cp_async_commit();
-    const int slot = s % S;
-    const uint32_t tb = ts0 + slot * t_stage_bytes(K2) + tcol * kTileBytes;
     uint32_t wr[4][3];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t t = tb + kk * 8 * kTileBytes;
-      wr[kk][0] = lds32(t + lw.off[0]);
-      wr[kk][1] = lds32(t + lw.off[1]);
-      wr[kk][2] = TrellisBits<K2>::kUsesWord2 ? lds32(t + lw.off[2]) : 0u;
-    }
+    static_for<4>([&](auto kc) {
+      constexpr int kk = decltype(kc)::value, kOff = kSlot * t_stage_bytes(K2) + kk * 8 * kTileBytes;
+      if constexpr (kHoist) {
+        wr[kk][0] = lds32_at<kOff>(wa0);
+        wr[kk][1] = lds32_at<kOff>(wa1);
+        wr[kk][2] = TrellisBits<K2>::kUsesWord2 ? lds32_at<kOff>(wa2) : 0u;
+      } else {  // BM 32 / 128: the three addresses kept in registers made ptxas spill there
+        const uint32_t t = ts0 + (s % S) * t_stage_bytes(K2) + kk * 8 * kTileBytes + tcol * kTileBytes;
+        wr[kk][0] = lds32_at<0>(t + lw.off[0]);
+        wr[kk][1] = lds32_at<0>(t + lw.off[1]);
+        wr[kk][2] = TrellisBits<K2>::kUsesWord2 ? lds32_at<0>(t + lw.off[2]) : 0u;
+      }
+    });
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       uint32_t f[4];
@@ -252,7 +320,8 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
     uint64_t db[4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      db[kk] = desc_sw128(xs0 + slot * C::kXStage) + 2 * kk;  // + 32 bytes per k16 step
+      if constexpr (kHoist) db[kk] = desc0 + ((kSlot * C::kXStage) >> 4) + 2 * kk;  // + 32 bytes per k16 step
+      else db[kk] = desc_sw128(xs0 + (s % S) * C::kXStage) + 2 * kk;
       asm volatile("" : "+l"(db[kk])::"memory");
       fence_regs(a[P][kk]);
     }
