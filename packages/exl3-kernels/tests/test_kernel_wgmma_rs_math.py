@@ -101,15 +101,15 @@ def test_x_stage_writes_fill_the_stage_conflict_free(bm):
 
 
 @pytest.mark.parametrize("bm", [8, 16, 64])
-@pytest.mark.parametrize("k2", [2, 3, 4, 5, 8, 10, 16])
+@pytest.mark.parametrize("k2", [2, 3, 4, 5, 7, 8, 10, 12, 14, 16])
 def test_hoisted_copy_addresses_equal_the_per_stage_form(bm, k2):
-    """At BM 8, 16 and 64 the kernel keeps, per thread, byte offsets from running stage pointers (advanced by one
-    stage per load) and shared offsets + immediates (wgmma_rs_gemm.cu, kHoist); they address the same bytes as the
-    per-stage form (chunk i = tid + 256 j: x row i >> 3 (row m0 when outside m), chunk i & 7; trellis tile row i / (8 K2),
-    chunk i % (8 K2)) for every stage, slot and copy. Checked for a few k, m and shard geometries."""
-    k, m, ntiles, tn0, s_begin, m0 = 1024, 70, 24, 8, 3, 0
+    """At BM 8, 16 and 64 the kernel keeps, per thread, byte offsets from running stage pointers (advanced by one stage
+    per load) and shared offsets + immediates (wgmma_rs_gemm.cu, kHoist). Restated here: the chunk decomposition the
+    hoisting relies on (chunk i = tid + 256 j is x row (tid >> 3) + 32 j, chunk tid & 7, so copy j's swizzled shared
+    offset is copy 0's + 4096 j), the source bytes of every copy at stages 0-2 against the per-stage form (rows >= m:
+    src-size 0 from row m0), and that every trellis destination stays inside its stage."""
+    k, m, ntiles, tn0, s_begin = 1024, 70, 24, 8, 3
     t_stage = 4 * 8 * 16 * k2
-    x_stage = bm * 128
     for m0 in range(0, m, bm):
         for tid in range(256):
             xr, xc = tid >> 3, tid & 7
@@ -136,5 +136,44 @@ def test_hoisted_copy_addresses_equal_the_per_stage_form(bm, k2):
                     hoisted = (4 * s_begin * ntiles + tn0) * 16 * k2 + s * 4 * ntiles * 16 * k2 + toff
                     direct = ((4 * (s_begin + s) + tr) * ntiles + tn0) * 16 * k2 + 16 * c
                     assert hoisted == direct, (tid, j, s)
-                    assert tr * 8 * 16 * k2 + 16 * c < t_stage
-            assert x_stage % 1024 == 0
+                    assert tr * 8 * 16 * k2 + 16 * c + 16 <= t_stage
+
+
+def test_compile_time_slots_match_the_stage():
+    """The loop starts at stage 0 and runs 4 bodies per iteration, so body J handles stages s = 4 t + J: its ring slot s % 4
+    is J and the stage it loads, s + 2, goes to slot (J + 2) % 4; the prologue loads stages 0 and 1 into slots 0, 1."""
+    for s in range(64):
+        t, j = divmod(s, 4)
+        assert s % 4 == j and (s + 2) % 4 == (j + 2) % 4
+
+
+@pytest.mark.parametrize("bm", [8, 16, 64])
+def test_descriptor_slot_offsets_stay_in_the_start_field(bm):
+    """desc0 + (slot bytes >> 4) + 2 kk equals the descriptor of the slot's address (sm90.cuh desc_sw128: start address
+    >> 4 in bits 0..13) for every slot and k16 step, as long as no address of the ring reaches 2^18: the whole dynamic
+    shared memory of a block (x ring, trellis ring, 1 KB alignment) ends below 227 KB for every K2."""
+    def desc_start(addr: int) -> int:
+        return (addr & 0x3FFFF) >> 4
+
+    for k2 in (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16):
+        smem = 4 * (bm * 128 + 4 * 8 * 16 * k2) + 1024
+        assert smem <= 227 * 1024
+        for xs0 in range(0, 1024 * 8, 1024):  # the aligned ring start, anywhere in the first KBs
+            for slot in range(4):
+                for kk in range(4):
+                    addr = xs0 + slot * bm * 128 + 32 * kk
+                    assert desc_start(xs0) + ((slot * bm * 128) >> 4) + 2 * kk == desc_start(addr) < (1 << 14)
+
+
+def test_hoisted_offsets_fit_32_bits_at_the_op_bounds():
+    """The op refuses k > 2^24 and shards wider than 2^24 columns (ops.cpp, gemm_wgmma_rs) because the hoisted offsets are
+    int32: x rows up to 63 x 2k bytes, trellis tile rows tr x n x K2 bytes for every chunk index a thread computes,
+    including a second copy it skips (tr up to 511 // (8 K2)). At the bounds they stay below 2^31 (the n bound with a
+    margin of 2); at twice the k bound or four times the n bound they would not (the checks are needed)."""
+    k_max = n_max = 1 << 24
+    x_max = 63 * k_max * 2 + 7 * 16
+    t_max = max((i // (8 * k2)) * n_max * k2 + 16 * (i % (8 * k2))
+                for k2 in (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16) for i in range(256 * ((4 * 8 * k2 + 255) // 256)))
+    assert x_max < 2 ** 31 and t_max < 2 ** 31
+    assert 63 * (2 * k_max) * 2 >= 2 ** 31
+    assert max((i // (8 * k2)) * (4 * n_max) * k2 for k2 in (2, 10, 16) for i in range(512)) >= 2 ** 31

@@ -93,7 +93,7 @@ struct Cfg {
   static_assert(BM == 8 || BM == 16 || BM == 32 || BM == 64 || BM == 128, "BM tier");
   // 4 stages (prefetch distance 2) at every tier. Measured on the H200 (thirteenth session, docs/hopper-gemm.md,
   // "Register-A wgmma"): 8 stages where they fit (BM <= 64) and one commit group per prologue stage moved op times by
-  // -1..+1% at m = 16-128 on all five shapes, the run-to-run spread; unrolled by 8 instead of 4 it was 1-4% slower.
+  // -1..+1% at m = 16-128 on all five shapes, the run-to-run spread; unrolled by 8 instead of 4 it was 1-7% slower.
   static constexpr int kStages = 4;
   static constexpr int kXStage = BM * 128;  // bytes, a multiple of 1024
   // Blocks per SM asked of ptxas (registers = 65536 / (256 x this)): accumulators BM / 2 per thread, the two A sets 32,
@@ -175,23 +175,25 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
   const int tn0 = (col0 - sh.col_offset) / 16, ntiles = sh.n / 16;
   const uint16_t* xh = sh.xh;
 
-  // cp.async addressing. The ring slot of every load, decode and descriptor is a compile-time constant (immediate
-  // offsets) because the loop runs 4 = kStages stages per iteration from stage 0. At BM 8, 16 and 64 the copies'
+  // cp.async addressing. The ring slot of each body is a compile-time constant because the loop runs 4 = kStages stages
+  // per iteration from stage 0 (slot = J); the hoisted tiers use it as immediate offsets. At BM 8, 16 and 64 the copies'
   // addresses are hoisted out of the k loop: per thread a byte offset from a running source pointer (xp, tp: the next
   // stage to load, advanced by one stage per load) and a shared-memory offset, instead of the 64-bit addresses
   // recomputed from (row, k) in every stage, which took ~25 of the ~238 SASS instructions of a stage at BM 64, K = 4
   // (thirteenth session, docs/hopper-gemm.md "Register-A wgmma"). At BM 32 (80 registers for 3 blocks per SM) and BM
   // 128 (64 accumulators) the hoisted registers made ptxas spill in the k loop (16-72 bytes, K = 1..8), so those tiers
-  // keep the per-stage form.
+  // keep the per-stage form with a runtime slot (their spills still moved with the changed body, docs/hopper-gemm.md).
   static_assert(C::kStages == 4, "slot = stage mod 4 = the index of the body in the loop unrolled by 4");
   constexpr bool kHoist = BM == 8 || BM == 16 || BM == 64;
+  // the 32-bit offsets below rest on the op's bounds (ops.cpp: k <= 2^24, n <= 2^24 per shard) and on BM <= 64
+  static_assert(!kHoist || BM <= 64, "x offsets of up to 63 rows of 2k bytes in 32 bits");
   // x: chunk i = tid + 256 j of a stage is row (tid >> 3) + 32 j, 16-byte chunk tid & 7 (the same for every j, so the
   // swizzled shared offset of copy j is that of copy 0 plus 32 rows = 4096 bytes per j). Rows >= m copy nothing (src-size
   // 0, zero fill) from row m0.
   constexpr int kXChunks = BM * 8, kXIters = (kXChunks + kThreads - 1) / kThreads;
   const int xr = tid >> 3, xc = tid & 7;
   const char* xp = reinterpret_cast<const char*>(xh + static_cast<int64_t>(m0) * p.k + static_cast<int64_t>(s_begin) * kBK);
-  int32_t xoff[kXIters] = {};  // bytes from xp (< 2^31: BM <= 64 rows of k <= 2^24 values, ops.cpp checks k)
+  int32_t xoff[kXIters] = {};  // bytes from xp (< 2^31: 63 rows x 2k bytes with k <= 2^24)
   int xbytes[kXIters] = {};
   if constexpr (kHoist) {
 #pragma unroll
