@@ -267,4 +267,10 @@ def test_rs_bad_inputs_refused():
         _ops.gemm_wgmma_rs(xh, trellis, svh, None, CBS[cb], 16, 9, acc, torch.float16)  # k = 512: split <= 8
     with pytest.raises(RuntimeError, match="accumulator"):  # split 1 still needs m * n zeros
         _ops.gemm_wgmma_rs(xh, trellis, svh, None, CBS[cb], 16, 1, acc[:100], torch.float16)
+    # a shard wider than the kernel's 32-bit trellis offsets allow (2^24 columns): refused before any launch
+    n = (1 << 24) + 128
+    wide = torch.zeros(4, n // 16, 16, device="cuda", dtype=torch.int16)  # k = 64, K = 1 (8 K2 int16 per tile): 134 MB
+    with pytest.raises(RuntimeError, match="more than this kernel's 16777216 columns"):
+        _ops.gemm_wgmma_rs(xh[:, :, :64].contiguous(), [wide], [torch.ones(n, device="cuda", dtype=torch.float16)],
+                           None, CBS[cb], 16, 1, acc, torch.float16)
     _acc_is_zero()
