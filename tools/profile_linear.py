@@ -45,8 +45,6 @@ def main():
     ap.add_argument("--path", choices=["gemm", "wgmma", "wgmma_rs"], default="gemm",
                     help="ncu mode: the GEMM launched (wgmma: the Hopper GEMM, --bm ignored; wgmma_rs: the register-A "
                          "Hopper GEMM at --bm); breakdown mode with wgmma: only the input transform and the wgmma rows")
-    ap.add_argument("--lohi", action="store_true", help="ncu mode, gemm path: the lohi variant (BM 16; xh in the lohi "
-                                                        "layout)")
     a = ap.parse_args()
     cbname = ["3inst", "mcg", "mul1"][a.cb]
     Ls = layers(a.k, a.n, a.K, cbname, copies_for(int(a.k * a.n * a.K / 8)) if a.mode == "breakdown" else 1)
@@ -55,13 +53,13 @@ def main():
         acc = workspace.splitk_acc(x.device)
         if a.mode == "ncu":
             for _ in range(3):
-                xh = _ops.input_transform(x, Ls[0].suh, lohi=a.lohi and a.path == "gemm")
+                xh = _ops.input_transform(x, Ls[0].suh)
                 if a.path == "wgmma":
                     _ops.gemm_wgmma(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, a.split, acc, x.dtype)
                 elif a.path == "wgmma_rs":
                     _ops.gemm_wgmma_rs(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, a.bm, a.split, acc, x.dtype)
                 else:
-                    _ops.gemm(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, a.bm, a.split, acc, x.dtype, a.lohi)
+                    _ops.gemm(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, a.bm, a.split, acc, x.dtype)
                 _ops.reconstruct(Ls[0].trellis, Ls[0].suh, Ls[0].svh, a.cb, dtype=x.dtype)
                 if hasattr(torch.ops.exl3_kernels, "reconstruct_t_out"):
                     _ops.reconstruct_t(Ls[0].trellis, Ls[0].svh, a.cb)
