@@ -109,7 +109,7 @@ def test_autotune_retimes_close_candidates_and_picks_the_fastest_finalist(monkey
     calls: list[tuple[Plan, int]] = []
     last: list[Plan] = []
 
-    def fake_time(fn, device, reps=5):
+    def fake_time(fn, device, reps=5, graph=False):
         fn()
         calls.append((last[-1], reps))
         return first[last[-1]] if reps == 5 else second[last[-1]]
@@ -146,14 +146,16 @@ def test_kernel_count_per_plan():
 
 @pytest.mark.parametrize("fused_us, expect_fused", [(13.6, True), (13.8, True), (13.9, False), (14.0, False)])
 def test_autotune_prefers_fewer_kernels_within_the_node_tie(monkeypatch, fused_us, expect_fused):
-    """A finalist with fewer kernels wins when its finalist time is within NODE_TIE_US (0.5 us) of the fastest:
-    4096x4096 m = 4 timed gemm(bm=16,split=16) 13.3 us and gemm(bm=16,split=8,it) 13.6 us eagerly, and replays them
-    at 11.7 and 10.0 us. Beyond the tie the fastest stays; among several within it, the fewest kernels."""
+    """Eager timing (the default; CUDA_EXL3_AUTOTUNE_GRAPH=0): a finalist with fewer kernels wins when its finalist time is within
+    NODE_TIE_US (0.5 us) of the fastest: 4096x4096 m = 4 timed gemm(bm=16,split=16) 13.3 us and
+    gemm(bm=16,split=8,it) 13.6 us eagerly, and replays them at 11.7 and 10.0 us. Beyond the tie the fastest stays;
+    among several within it, the fewest kernels."""
     from exl3_kernels import autotune
     from exl3_kernels.plan import LayerShape
 
     for v in ("DETERMINISTIC", "AUTOTUNE", "PATH", "BM", "SPLIT", "LOHI"):
         monkeypatch.delenv("CUDA_EXL3_" + v, raising=False)
+    monkeypatch.setenv("CUDA_EXL3_AUTOTUNE_GRAPH", "0")
     monkeypatch.setattr(autotune.torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(autotune, "sm_count", lambda device: 132)
     plain, fused, one = Plan("gemm", 16, 16), Plan("gemm", 16, 8, fused_it=True), Plan("gemm", 16, 4, cluster=True, fused_it=True)
@@ -163,7 +165,7 @@ def test_autotune_prefers_fewer_kernels_within_the_node_tie(monkeypatch, fused_u
     times = {plain: 13.3e-3, fused: fused_us * 1e-3, one: 14.5e-3}  # ms; `one` is 1.2 us slower: outside the tie
     last: list[Plan] = []
 
-    def fake_time(fn, device, reps=5):
+    def fake_time(fn, device, reps=5, graph=False):
         fn()
         return times[last[-1]]
 
@@ -175,6 +177,55 @@ def test_autotune_prefers_fewer_kernels_within_the_node_tie(monkeypatch, fused_u
     times[one] = 13.7e-3  # now the one-kernel plan is within the tie too: it wins over both
     autotune.clear()
     assert autotune.choose(shape, 4, torch.float16, torch.device("cpu"), ACC, (16, 32, 64, 128), last.append) == one
+    autotune.clear()
+
+
+def test_autotune_times_small_buckets_as_graph_replays_without_the_node_tie(monkeypatch):
+    """With CUDA_EXL3_AUTOTUNE_GRAPH=1, buckets up to GRAPH_MAX_M (256) are timed with graph=True, larger ones eagerly;
+    unset or 0, every bucket eagerly. With graph timings the fastest finalist is chosen even when a plan with fewer
+    kernels is within NODE_TIE_US (the graph replay already credits the missing kernels); eager timings keep the tie
+    rule."""
+    from exl3_kernels import autotune
+    from exl3_kernels.plan import LayerShape
+
+    for v in ("DETERMINISTIC", "AUTOTUNE", "AUTOTUNE_GRAPH", "PATH", "BM", "SPLIT", "LOHI"):
+        monkeypatch.delenv("CUDA_EXL3_" + v, raising=False)
+    monkeypatch.setattr(autotune.torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(autotune, "sm_count", lambda device: 132)
+    plain, fused = Plan("gemm", 16, 16), Plan("gemm", 16, 8, fused_it=True)
+    monkeypatch.setattr(autotune, "candidates", lambda *a, **k: [plain, fused])
+    monkeypatch.setattr(autotune, "cost_model", lambda *a, **k: plain)
+    times = {plain: 13.3e-3, fused: 13.6e-3}  # ms: the fused plan (2 kernels, plain 3) is 0.3 us slower
+    modes: list[tuple[int, bool]] = []
+    last: list[Plan] = []
+    m_now = [0]
+
+    def fake_time(fn, device, reps=5, graph=False):
+        fn()
+        modes.append((m_now[0], graph))
+        return times[last[-1]]
+
+    monkeypatch.setattr(autotune, "_time", fake_time)
+    shape, dev = LayerShape(4096, (4096,), (8,), 1), torch.device("cpu")
+    assert autotune.GRAPH_MAX_M == 256
+    monkeypatch.setenv("CUDA_EXL3_AUTOTUNE_GRAPH", "1")
+    for m, graph in ((1, True), (4, True), (129, True), (256, True), (257, False), (2048, False)):
+        autotune.clear()
+        modes.clear()
+        m_now[0] = m
+        chosen = autotune.choose(shape, m, torch.float16, dev, ACC, (16, 32, 64, 128), last.append)
+        assert modes and all(g is graph for _, g in modes), (m, modes)
+        assert chosen == (plain if graph else fused), (m, chosen)
+    for value in ("0", None):
+        if value is None:
+            monkeypatch.delenv("CUDA_EXL3_AUTOTUNE_GRAPH")
+        else:
+            monkeypatch.setenv("CUDA_EXL3_AUTOTUNE_GRAPH", value)
+        autotune.clear()
+        modes.clear()
+        m_now[0] = 4
+        assert autotune.choose(shape, 4, torch.float16, dev, ACC, (16, 32, 64, 128), last.append) == fused
+        assert modes and not any(g for _, g in modes)
     autotune.clear()
 
 
@@ -191,7 +242,7 @@ def test_autotune_prime_tunes_every_smaller_bucket_on_the_first_rows(monkeypatch
     plans = [Plan("gemm", 16, 1), Plan("reconstruct")]
     monkeypatch.setattr(autotune, "candidates", lambda *a, **k: list(plans))
     monkeypatch.setattr(autotune, "cost_model", lambda *a, **k: plans[0])
-    monkeypatch.setattr(autotune, "_time", lambda fn, device, reps=5: (fn(), 0.1)[1])
+    monkeypatch.setattr(autotune, "_time", lambda fn, device, reps=5, graph=False: (fn(), 0.1)[1])
     rows_seen: list[int] = []
     shape, dev = LayerShape(4096, (11008,), (8,), 1), torch.device("cpu")
     args = (torch.float16, dev, ACC, (16, 32, 64, 128), lambda p, rows: rows_seen.append(rows))
@@ -342,7 +393,7 @@ def test_autotune_offers_wgmma_only_when_usable_and_capture_keeps_the_cost_model
     timed: list[Plan] = []
     last: list[Plan] = []
 
-    def fake_time(fn, device, reps=5):
+    def fake_time(fn, device, reps=5, graph=False):
         fn()
         timed.append(last[-1])
         return 0.05 if last[-1].path == "wgmma" else 0.1

@@ -17,7 +17,19 @@ enqueued the candidate's launches before the start event fires: eager Python and
 does not pay. The timings of every candidate are kept (:func:`cached_timings`) and logged at DEBUG level on
 the ``exl3_kernels.autotune`` logger. Candidates within FINALIST_MARGIN of the fastest are timed a second
 time with more runs and the choice is made on that second timing; a finalist that launches fewer kernels
-(:func:`kernel_count`) wins when within NODE_TIE_US of the fastest.
+(:func:`kernel_count`) wins when within NODE_TIE_US of the fastest (eager timing only).
+
+**Graph timing** (opt-in: CUDA_EXL3_AUTOTUNE_GRAPH=1, m buckets up to GRAPH_MAX_M): each candidate is captured into
+a CUDA graph as GRAPH_CALLS pairs (L2 flush, call) and its time is the median, over the runs, of that graph's replay
+minus the replay of a graph of GRAPH_CALLS flushes alone, per call (:func:`_time`, ``graph=True``); the NODE_TIE_US
+rule, a stand-in for the graph's credit to fewer kernels, is then not applied. Its timings match the benchmark's
+replayed op times (4096x4096 K = 4: 9.9 / 11.6 us at m = 1 / 8 against 9.9 / 11.8 replayed; eager 12.1-12.3 /
+13.3-13.4), but its choices were no better: in two alternating rounds per mode over five shapes and m = 1..256
+(bench/results/profiles/autotune-graph-s14/) they tied the eager ones within the 2-5% spread between processes, some
+slightly worse (4096x4096 m = 1: 9.8-9.9 vs 9.5-9.6 us; qkv m = 128: 35.1-35.2 vs 34.4-34.7), and tuning took 2.6x as
+long (a whole benchmark run 51 vs 19 s). A call timed after a flush kernel is not the benchmark's back-to-back calls
+(whose starts may overlap the previous call's last kernel through programmatic dependent launch; not measured)
+nor a model's layer sequence, so it stays off by default.
 """
 from __future__ import annotations
 
@@ -53,6 +65,11 @@ FINALIST_REPS = 15
 # kernels) 13.6 us and gemm(bm=16,split=16) (input transform + GEMM + epilogue, 3) 13.3 us as finalists, 10.0 and
 # 11.7 us in the benchmark's graph replay (profiles/itr-ab-549e32a/, two rounds).
 NODE_TIE_US = 0.5
+# With CUDA_EXL3_AUTOTUNE_GRAPH=1, buckets up to this m are timed as CUDA-graph replays (module docstring); GRAPH_CALLS (flush, call) pairs per graph.
+GRAPH_MAX_M = 256
+GRAPH_CALLS = 4
+_capture_streams: dict[int, torch.cuda.Stream] = {}
+_flush_graphs: dict[int, torch.cuda.CUDAGraph] = {}
 
 
 def flush_bytes(l2_bytes: int) -> int:
@@ -117,30 +134,105 @@ def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...
     return p
 
 
-def _time(fn: Callable[[], object], device: torch.device, reps: int = 5) -> float:
-    """Median GPU time in ms of ``fn`` over ``reps`` runs, each with the L2 flushed and a GPU-side wait ahead.
+def _timed_run(launch: Callable[[], object], lead: int, before: Callable[[], object] | None = None
+               ) -> tuple[float | None, int]:
+    """One timed run of ``launch`` on the current stream: ``before()`` (untimed), a GPU-side wait of ``lead`` cycles,
+    start event, ``launch()``, end event. Returns (ms, lead) or (None, doubled lead) when the GPU reached the start
+    event before the host had finished enqueueing ``launch`` (the run is then discarded), up to 16x HOST_LEAD_CYCLES."""
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    if before is not None:
+        before()
+    torch.cuda._sleep(lead)
+    a.record()
+    launch()
+    overtaken = a.query()  # True: the GPU reached the start before the host finished enqueueing
+    b.record()
+    b.synchronize()
+    if overtaken and lead < 16 * HOST_LEAD_CYCLES:
+        return None, 2 * lead
+    return a.elapsed_time(b), lead
 
-    After ``fn`` has been enqueued the start event is queried: if the GPU already passed it, it sat idle while
-    the host was still launching, so the run is discarded and the wait doubled (up to 16x HOST_LEAD_CYCLES).
+
+def _capture_stream(device: torch.device) -> torch.cuda.Stream:
+    i = device.index if device.index is not None else torch.cuda.current_device()
+    if i not in _capture_streams:
+        _capture_streams[i] = torch.cuda.Stream(torch.device("cuda", i))
+    return _capture_streams[i]
+
+
+def _capture(body: Callable[[], object], device: torch.device) -> torch.cuda.CUDAGraph:
+    """``body`` captured into a new CUDA graph on the autotuner's side stream of ``device`` (thread-local capture mode,
+    so other threads' CUDA calls do not invalidate it). Run ``body``'s work once eagerly on that stream first (per-stream
+    lazy state such as cuBLAS's workspace must exist before capture). An exception inside ``body`` ends the capture and
+    propagates."""
+    s = _capture_stream(device)
+    s.wait_stream(torch.cuda.current_stream())
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        g.capture_begin(capture_error_mode="thread_local")
+        try:
+            body()
+        except BaseException:
+            try:
+                g.capture_end()
+            except RuntimeError:
+                pass  # the capture was invalidated by the error being raised
+            raise
+        g.capture_end()
+    torch.cuda.current_stream().wait_stream(s)
+    return g
+
+
+def _time(fn: Callable[[], object], device: torch.device, reps: int = 5, graph: bool = False) -> float:
+    """Median GPU time in ms of one call of ``fn`` over ``reps`` runs, with the weights coming from HBM.
+
+    Eager (``graph=False``): each run flushes the L2, waits on the GPU (:func:`_timed_run`) and times ``fn``'s launches.
+    ``graph=True``: ``fn`` runs once eagerly on the current stream and once on the capture stream, then GRAPH_CALLS
+    (flush, ``fn``) pairs are captured into one graph; each run times one replay of it and one replay of a graph of
+    GRAPH_CALLS flushes alone (kept per device), and the time is the median of their difference / GRAPH_CALLS (at least
+    1 ns). Raises what ``fn`` or the capture raises.
     """
     with torch.cuda.device(device):  # the flush, the events and fn on the same device's current stream
         fn()
-        times = []
-        lead = HOST_LEAD_CYCLES
-        while len(times) < reps:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            _flush_l2(device)
-            torch.cuda._sleep(lead)
-            a.record()
+        _flush_l2(device)  # the flush buffer exists before any capture
+        if not graph:
+            times: list[float] = []
+            lead = HOST_LEAD_CYCLES
+            while len(times) < reps:
+                t, lead = _timed_run(fn, lead, before=lambda: _flush_l2(device))
+                if t is not None:
+                    times.append(t)
+            return statistics.median(times)
+        i = device.index if device.index is not None else torch.cuda.current_device()
+        s = _capture_stream(device)
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
             fn()
-            overtaken = a.query()  # True: the GPU reached the start before the host finished enqueueing fn
-            b.record()
-            b.synchronize()
-            if overtaken and lead < 16 * HOST_LEAD_CYCLES:
-                lead *= 2
+        torch.cuda.current_stream().wait_stream(s)
+
+        def calls() -> None:
+            for _ in range(GRAPH_CALLS):
+                _flush_l2(device)
+                fn()
+
+        g = _capture(calls, device)
+        if i not in _flush_graphs:
+            _flush_graphs[i] = _capture(lambda: [_flush_l2(device) for _ in range(GRAPH_CALLS)], device)
+        g0 = _flush_graphs[i]
+        g.replay()
+        g0.replay()
+        diffs: list[float] = []
+        lead = HOST_LEAD_CYCLES
+        while len(diffs) < reps:
+            t, lead = _timed_run(g.replay, lead)
+            if t is None:
                 continue
-            times.append(a.elapsed_time(b))
-    return statistics.median(times)
+            t0, lead = _timed_run(g0.replay, lead)
+            if t0 is None:
+                continue
+            diffs.append((t - t0) / GRAPH_CALLS)
+        del g
+    return max(statistics.median(diffs), 1e-6)
 
 
 def kernel_count(p: Plan, cluster_forced: bool = False) -> int:
@@ -207,23 +299,24 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
                                cluster_splitk and cluster_mode() is None, fused_it, wgmma_rs)
             if base not in cands:
                 cands.append(base)
-            first = {c: _time(lambda: run(c), device) for c in cands}
+            graph = m_bucket(m) <= GRAPH_MAX_M and env.get_bool("AUTOTUNE_GRAPH", False)
+            first = {c: _time(lambda: run(c), device, graph=graph) for c in cands}
             fastest = min(first.values())
             finalists = [c for c in cands if first[c] <= fastest * (1.0 + FINALIST_MARGIN)]
             final = dict(first)
             if len(finalists) > 1:
                 for c in finalists:
-                    final[c] = _time(lambda: run(c), device, reps=FINALIST_REPS)
+                    final[c] = _time(lambda: run(c), device, reps=FINALIST_REPS, graph=graph)
             plan = min(finalists, key=lambda c: final[c])
             forced = cluster_mode() is True and cluster_splitk
             fewer = [c for c in finalists if kernel_count(c, forced) < kernel_count(plan, forced)
                      and 1000.0 * (final[c] - final[plan]) <= NODE_TIE_US + 1e-9]
-            if fewer:
+            if fewer and not graph:  # graph timings already credit fewer kernels
                 plan = min(fewer, key=lambda c: (kernel_count(c, forced), final[c]))
             _cache[key] = plan
             _timings[key] = {"first": {str(c): 1000.0 * t for c, t in first.items()},
                              "finalists": {str(c): 1000.0 * final[c] for c in finalists}}
-            _log.debug("exl3 autotune %s m=%d: %s; finalists %s -> %s", shape, m,
+            _log.debug("exl3 autotune (%s) %s m=%d: %s; finalists %s -> %s", "graph" if graph else "eager", shape, m,
                        ", ".join(f"{c} {1000.0 * t:.1f} us" for c, t in sorted(first.items(), key=lambda kv: kv[1])),
                        ", ".join(f"{c} {1000.0 * final[c]:.1f} us" for c in finalists), plan)
     return _apply_pins(plan, lohi_bm, built_bm, cluster_splitk)
@@ -287,3 +380,4 @@ def clear() -> None:
     """Forget every chosen plan and its timings (tests, benchmarks)."""
     _cache.clear()
     _timings.clear()
+    _flush_graphs.clear()

@@ -11,6 +11,7 @@ library is not). Errors about a bad value name the spelling that was actually re
 | CUDA_EXL3_SPLIT | force the split-k factor (1 = no split) | unset: planner |
 | CUDA_EXL3_LOHI | 1: use the GEMM's lohi variant wherever the plan has an instance of it (gemm path, BM 16, 3inst / mcg: the tensor core adds the two halves of each decoded weight); 0: never | unset: planner |
 | CUDA_EXL3_AUTOTUNE | 1: time candidate plans once per (layer shape, m bucket) outside graph capture | 1 |
+| CUDA_EXL3_AUTOTUNE_GRAPH | 1: time the candidates of m buckets up to 256 as CUDA-graph replays (each call after an L2 flush, inside one graph; the flushes' own replay subtracted) instead of eagerly; measured no better than eager timing (``autotune`` module docstring) | 0 |
 | CUDA_EXL3_AUTOTUNE_PRIME | 1: the first call in an untuned m bucket also tunes every smaller power-of-two bucket on its first rows (vLLM's profile run then tunes them all at start-up) | 1 |
 | CUDA_EXL3_DETERMINISTIC | 1: no atomics (split = 1, or on sm_90+ with a library that has it, and CUDA_EXL3_CLUSTER not 0, split-k up to 8 reduced inside a thread block cluster in a fixed order) and a fixed, timing-free path choice: bit-identical reruns | 0 |
 | CUDA_EXL3_RECON_MIN_M | smallest m for which the cost model picks the reconstruct path | 1024 |

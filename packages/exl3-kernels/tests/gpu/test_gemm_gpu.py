@@ -600,18 +600,29 @@ def test_cuda_graph_replay_reconstruct_act(monkeypatch, path):
         workspace.reset()
 
 
-def test_autotune_keeps_the_fastest_timing(monkeypatch):
+@pytest.mark.parametrize("graph", ["1", "0"])
+@pytest.mark.parametrize("m", [64, 256])
+def test_autotune_keeps_the_fastest_timing(monkeypatch, m, graph):
+    """Every bucket up to m tuned (eager, and with CUDA_EXL3_AUTOTUNE_GRAPH=1 as graph replays: every path, the wgmma
+    ones included where built, captured on the autotuner's stream), each with its timings kept, the choice the fastest finalist, the split-k
+    accumulator zero afterwards, and the op still right after the captures."""
     monkeypatch.delenv("CUDA_EXL3_AUTOTUNE", raising=False)
     monkeypatch.delenv("CUDA_EXL3_AUTOTUNE_PRIME", raising=False)
+    monkeypatch.setenv("CUDA_EXL3_AUTOTUNE_GRAPH", graph)
     autotune.clear()
     cb = "mcg" if compiled(1, 8) else "mul1"
     trellis, suh, svh, _ = random_layer(2048, [2048], [8], seed=5)
     layer = Exl3Layer(trellis, suh, svh, cb)
-    exl3_linear(torch.randn(64, 2048, device="cuda", dtype=torch.float16), layer)
+    x = torch.randn(m, 2048, device="cuda", dtype=torch.float16)
+    y = exl3_linear(x, layer)
+    _acc_is_zero()
+    ref = reference_forward(x, trellis, suh, svh, None, cb)
+    assert rel_err(y, ref) < TOL[torch.float16]
     plans, timings = autotune.cached_plans(), autotune.cached_timings()
     # the call's bucket and the smaller ones it primed, every one with its timings kept
-    assert sorted(k[1] for k in plans) == [1, 2, 4, 8, 16, 32, 64] and set(timings) == set(plans)
-    key = next(k for k in plans if k[1] == 64)
+    assert sorted(k[1] for k in plans) == [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= m]
+    assert set(timings) == set(plans)
+    key = next(k for k in plans if k[1] == m)
     plan = plans[key]
     first, finalists = timings[key]["first"], timings[key]["finalists"]
     assert "reconstruct" in first and "reconstruct_act" in first and len(first) >= 4, first
@@ -620,10 +631,11 @@ def test_autotune_keeps_the_fastest_timing(monkeypatch):
     assert all(first[c] <= (1 + autotune.FINALIST_MARGIN) * min(first.values()) for c in finalists), (first, finalists)
 
 
+@pytest.mark.parametrize("graph", [False, True])
 @pytest.mark.parametrize("host_us", [30, 300])
-def test_autotune_timing_excludes_host_overhead(host_us):
+def test_autotune_timing_excludes_host_overhead(host_us, graph):
     """A candidate that spends 30 us (inside the ~100 us GPU-side wait) or 300 us (beyond it: the wait must grow)
-    on the host before its one small kernel is timed at GPU time only."""
+    on the host before its one small kernel is timed at GPU time only, eagerly and as a graph replay."""
     import time
 
     x = torch.zeros(1 << 16, device="cuda")
@@ -634,8 +646,23 @@ def test_autotune_timing_excludes_host_overhead(host_us):
             pass
         x.add_(1)
 
-    us = 1000.0 * autotune._time(slow_host, x.device)
+    us = 1000.0 * autotune._time(slow_host, x.device, graph=graph)
     assert us < 20.0, f"{us:.1f} us: host time leaked into the timing"
+
+
+def test_autotune_graph_timing_is_per_call_gpu_time():
+    """One HBM-bound kernel (an in-place add over 512 MiB: ~260 us at the H200's ~4 TB/s) timed as a graph replay
+    (GRAPH_CALLS calls with their flushes, minus the flushes alone, per call) agrees with its eager timing within
+    5%, and it ran GRAPH_CALLS times per replay (the counter)."""
+    x = torch.zeros(1 << 27, device="cuda")
+    eager = autotune._time(lambda: x.add_(1), x.device)
+    x.zero_()
+    graph = autotune._time(lambda: x.add_(1), x.device, graph=True)
+    # eager warm-up once on each stream (the capture runs nothing), then the warm replay and 5 or more timed ones
+    # (a run the GPU overtook is repeated), GRAPH_CALLS calls each
+    runs = x[0].item() - 2
+    assert runs % autotune.GRAPH_CALLS == 0 and runs >= 6 * autotune.GRAPH_CALLS, runs
+    assert abs(graph / eager - 1.0) < 0.05, (graph, eager)
 
 
 def _mixed_k_layer_and_w_hat(seed: int):
