@@ -627,7 +627,11 @@ def test_autotune_keeps_the_fastest_timing(monkeypatch, m, graph):
     first, finalists = timings[key]["first"], timings[key]["finalists"]
     assert "reconstruct" in first and "reconstruct_act" in first and len(first) >= 4, first
     assert all(t > 0 for t in first.values()) and all(t > 0 for t in finalists.values())
-    assert str(plan) in finalists and finalists[str(plan)] == min(finalists.values()), (plan, finalists)
+    # the fastest finalist; timed eagerly, a finalist with fewer kernels within NODE_TIE_US of it may win instead
+    # (m = 256 on the H200: reconstruct, 2 kernels, 18.59 us over reconstruct_n, 3 kernels, 18.56 us)
+    assert str(plan) in finalists, (plan, finalists)
+    slack = 0.0 if graph == "1" else autotune.NODE_TIE_US + 1e-6
+    assert finalists[str(plan)] <= min(finalists.values()) + slack, (plan, finalists)
     assert all(first[c] <= (1 + autotune.FINALIST_MARGIN) * min(first.values()) for c in finalists), (first, finalists)
 
 
