@@ -54,7 +54,9 @@
 // epilogue comment at the end of the kernel).
 //
 // PDL: the block issues the trellis copies of its first stages, then griddepcontrol.wait (the input transform before it
-// writes xh), then the x copies; the prologue is one commit group plus empty ones so the count stays uniform.
+// writes xh), then the x copies; the prologue is one commit group plus empty ones so the count stays uniform. After the
+// k loop, griddepcontrol.launch_dependents lets the split-k epilogue launch (fourteenth session; before, it waited for
+// this grid's completion to launch).
 // K: one kernel per (codebook, K2, BM); a fused layer with mixed K is one launch per run of shards of equal K
 // (launch_cb), each over its own column blocks.
 // This translation unit is compiled for sm_90a only (setup.py, with wgmma_gemm.cu); without 9.0 in the arch list
@@ -340,6 +342,10 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
     if (s + 3 < ns) body(s + 3, std::integral_constant<int, 3>{});
     s += 4;
   } while (s < ns);
+  // the split-k epilogue may launch now (programmatic dependent launch: its blocks take free slots as this grid's
+  // blocks retire and wait for the whole grid before reading the accumulator), as the other two GEMMs do after their
+  // k loops; without it the epilogue launched only once this grid had completed
+  pdl_launch_dependents();
   wgmma_wait_keep<0>(keep, a[0]);
   wgmma_wait_keep<0>(keep, a[1]);
   fence_regs(acc);
