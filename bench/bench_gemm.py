@@ -133,7 +133,7 @@ def bench_point(k, ns, Ks, m, codebook, layers, dense, ext, rates):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--shapes", default=",".join(range_names := list(SHAPES)), help="comma list of shape names")
+    ap.add_argument("--shapes", default=",".join(range_names := list(SHAPES)), help="comma list of shape names or unique prefixes of them (e.g. qkv)")
     ap.add_argument("--ks", default="4,6", help="K of the first shard, comma list (issue: 2,3,4,5,6,8)")
     ap.add_argument("--ms", default=",".join(map(str, MS)))
     ap.add_argument("--codebook", default="mcg")
@@ -150,7 +150,14 @@ def main(argv=None):
                                                              text=True).stdout.strip()
     res = {"commit": commit, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rates": rates,
            "codebook": args.codebook, "exllamav3": ext is not None, "host": platform.node(), "points": []}
-    names = [s.strip() for s in args.shapes.split(",")] if args.shapes != ",".join(range_names) else range_names
+    names = range_names
+    if args.shapes != ",".join(range_names):  # each name, or a prefix naming one shape ("qkv": its name holds commas)
+        names = []
+        for tok in (t.strip() for t in args.shapes.split(",")):
+            hits = [tok] if tok in SHAPES else [n for n in SHAPES if n.startswith(tok)]
+            if len(hits) != 1:
+                raise SystemExit(f"--shapes: {tok!r} names {len(hits)} shapes; known: {', '.join(SHAPES)}")
+            names += [h for h in hits if h not in names]
     ms = [int(v) for v in args.ms.split(",")]
     for name in names:
         k, ns, koffs = SHAPES[name]
