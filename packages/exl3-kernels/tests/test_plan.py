@@ -759,3 +759,18 @@ def test_rs_pins_and_kernel_count(monkeypatch):
     assert autotune._apply_pins(Plan("wgmma_rs", 8, 3)) == Plan("gemm", 128, 3)
     for split in (1, 4):
         assert kernel_count(Plan("wgmma_rs", 64, split)) == 3
+
+
+def test_autotune_key_changes_with_the_timing_mode(monkeypatch):
+    """Plans timed eagerly and as graph replays are cached apart: toggling CUDA_EXL3_AUTOTUNE_GRAPH in a running process
+    re-tunes instead of serving the other mode's plan (review, fourteenth session)."""
+    from exl3_kernels import autotune
+    from exl3_kernels.plan import LayerShape
+
+    shape, dev = LayerShape(4096, (4096,), (8,), 1), torch.device("cpu")
+    monkeypatch.delenv("CUDA_EXL3_AUTOTUNE_GRAPH", raising=False)
+    off = autotune._key(shape, 8, torch.float16, dev, False)
+    monkeypatch.setenv("CUDA_EXL3_AUTOTUNE_GRAPH", "0")
+    assert autotune._key(shape, 8, torch.float16, dev, False) == off
+    monkeypatch.setenv("CUDA_EXL3_AUTOTUNE_GRAPH", "1")
+    assert autotune._key(shape, 8, torch.float16, dev, False) != off

@@ -55,8 +55,8 @@
 //
 // PDL: the block issues the trellis copies of its first stages, then griddepcontrol.wait (the input transform before it
 // writes xh), then the x copies; the prologue is one commit group plus empty ones so the count stays uniform. After the
-// k loop, griddepcontrol.launch_dependents lets the split-k epilogue launch (fourteenth session; before, it waited for
-// this grid's completion to launch).
+// k loop, griddepcontrol.launch_dependents lets the next kernel launch (fourteenth session; before, it launched at this
+// grid's completion): the split-k epilogue, or with mixed K the next K run's grid (see the comment at the trigger).
 // K: one kernel per (codebook, K2, BM); a fused layer with mixed K is one launch per run of shards of equal K
 // (launch_cb), each over its own column blocks.
 // This translation unit is compiled for sm_90a only (setup.py, with wgmma_gemm.cu); without 9.0 in the arch list
@@ -342,9 +342,13 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
     if (s + 3 < ns) body(s + 3, std::integral_constant<int, 3>{});
     s += 4;
   } while (s < ns);
-  // the split-k epilogue may launch now (programmatic dependent launch: its blocks take free slots as this grid's
-  // blocks retire and wait for the whole grid before reading the accumulator), as the other two GEMMs do after their
-  // k loops; without it the epilogue launched only once this grid had completed
+  // the next kernel may launch now (programmatic dependent launch), as after the other two GEMMs' k loops; without
+  // it, it launched only once this grid had completed. That kernel is the split-k epilogue, or in a fused layer with
+  // mixed K the next K run's grid (launch_cb), which prefetches its first trellis stages and then waits (pdl_wait) for
+  // this grid. Either way its blocks take free slots as this grid's blocks retire, and its griddepcontrol.wait returns
+  // only once this grid has completed with its partial sums visible. The epilogue after several K runs waits for the
+  // last one, which completes only after every block of it passed its own wait on the run before (split 0 of a grid is
+  // never empty, so no grid returns before its wait: ns <= 0 above only ends empty last slices).
   pdl_launch_dependents();
   wgmma_wait_keep<0>(keep, a[0]);
   wgmma_wait_keep<0>(keep, a[1]);

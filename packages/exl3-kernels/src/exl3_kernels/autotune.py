@@ -29,7 +29,10 @@ replayed op times (4096x4096 K = 4: 9.9 / 11.6 us at m = 1 / 8 against 9.9 / 11.
 slightly worse (4096x4096 m = 1: 9.8-9.9 vs 9.5-9.6 us; qkv m = 128: 35.1-35.2 vs 34.4-34.7), and tuning took 2.6x as
 long (a whole benchmark run 51 vs 19 s). A call timed after a flush kernel is not the benchmark's back-to-back calls
 (whose starts may overlap the previous call's last kernel through programmatic dependent launch; not measured)
-nor a model's layer sequence, so it stays off by default.
+nor a model's layer sequence, so it stays off by default. Two known biases of the subtraction (review, fourteenth
+session): a flush after a call also writes back the lines the call left dirty (a reconstruct plan's dense W), which the
+flushes-alone graph does not, so plans that write much are charged more than when timed eagerly; and each capture keeps
+a private memory pool reserved until ``torch.cuda.empty_cache``.
 """
 from __future__ import annotations
 
@@ -69,7 +72,7 @@ NODE_TIE_US = 0.5
 GRAPH_MAX_M = 256
 GRAPH_CALLS = 4
 _capture_streams: dict[int, torch.cuda.Stream] = {}
-_flush_graphs: dict[int, torch.cuda.CUDAGraph] = {}
+_flush_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # (device, GRAPH_CALLS): the flushes alone
 
 
 def flush_bytes(l2_bytes: int) -> int:
@@ -216,9 +219,9 @@ def _time(fn: Callable[[], object], device: torch.device, reps: int = 5, graph: 
                 fn()
 
         g = _capture(calls, device)
-        if i not in _flush_graphs:
-            _flush_graphs[i] = _capture(lambda: [_flush_l2(device) for _ in range(GRAPH_CALLS)], device)
-        g0 = _flush_graphs[i]
+        if (i, GRAPH_CALLS) not in _flush_graphs:
+            _flush_graphs[(i, GRAPH_CALLS)] = _capture(lambda: [_flush_l2(device) for _ in range(GRAPH_CALLS)], device)
+        g0 = _flush_graphs[(i, GRAPH_CALLS)]
         g.replay()
         g0.replay()
         diffs: list[float] = []
@@ -232,7 +235,10 @@ def _time(fn: Callable[[], object], device: torch.device, reps: int = 5, graph: 
                 continue
             diffs.append((t - t0) / GRAPH_CALLS)
         del g
-    return max(statistics.median(diffs), 1e-6)
+    t = statistics.median(diffs)
+    if t <= 0.0:  # noise larger than the call itself: kept positive, and said
+        _log.debug("exl3 autotune: graph timing of a call came out at %.3f us; clamped to 1 ns", 1000.0 * t)
+    return max(t, 1e-6)
 
 
 def kernel_count(p: Plan, cluster_forced: bool = False) -> int:
@@ -258,12 +264,13 @@ def kernel_count(p: Plan, cluster_forced: bool = False) -> int:
 def _key(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, deterministic: bool) -> tuple:
     """Cache key of a plan: (shape, m bucket, dtype, device, deterministic mode, then every variable that changes the
     candidates or their timings: CUDA_EXL3_CLUSTER unset / 0 / 1 (which split-k plans exist and how the accumulator
-    plans run), FUSED_IT, WGMMA, WGMMA_RS, PDL, SPLITK_WORKSPACE_MB (which split-k plans fit) and RECON_MIN_M (the
-    cost model's dense-path threshold)). Changing one of them in a running process gives new plans instead of stale ones."""
+    plans run), FUSED_IT, WGMMA, WGMMA_RS, PDL, SPLITK_WORKSPACE_MB (which split-k plans fit), RECON_MIN_M (the
+    cost model's dense-path threshold) and AUTOTUNE_GRAPH (how candidates are timed)). Changing one of them in a running
+    process gives new plans instead of stale ones."""
     return (shape, m_bucket(m), dtype, device, deterministic, cluster_mode(), env.get_bool("FUSED_IT", True),
             env.get_bool("WGMMA", True), env.get_bool("WGMMA_RS", True), env.get_bool("PDL", True),
             env.get_int("SPLITK_WORKSPACE_MB", 64),
-            env.get_int("RECON_MIN_M", 1024))
+            env.get_int("RECON_MIN_M", 1024), env.get_bool("AUTOTUNE_GRAPH", False))
 
 
 def cluster_mode() -> bool | None:

@@ -600,6 +600,24 @@ def test_cuda_graph_replay_reconstruct_act(monkeypatch, path):
         workspace.reset()
 
 
+def _plan_of(name: str):
+    """The Plan whose str() is ``name`` (the keys of autotune.cached_timings())."""
+    import re
+
+    from exl3_kernels.plan import WGMMA_BM, Plan
+
+    mt = re.fullmatch(r"(gemm|wgmma_rs|wgmma)\((.*)\)", name)
+    if mt is None:
+        return Plan(name)
+    path, parts = mt.group(1), mt.group(2).split(",")
+    kv = dict(p.split("=") for p in parts if "=" in p)
+    flags = {p for p in parts if "=" not in p}
+    bm = WGMMA_BM if path == "wgmma" else int(kv["bm"])
+    p = Plan(path, bm, int(kv["split"]), lohi="lohi" in flags, cluster="cluster" in flags, fused_it="it" in flags)
+    assert str(p) == name, (p, name)
+    return p
+
+
 @pytest.mark.parametrize("graph", ["1", "0"])
 @pytest.mark.parametrize("m", [64, 256])
 def test_autotune_keeps_the_fastest_timing(monkeypatch, m, graph):
@@ -630,8 +648,11 @@ def test_autotune_keeps_the_fastest_timing(monkeypatch, m, graph):
     # the fastest finalist; timed eagerly, a finalist with fewer kernels within NODE_TIE_US of it may win instead
     # (m = 256 on the H200: reconstruct, 2 kernels, 18.59 us over reconstruct_n, 3 kernels, 18.56 us)
     assert str(plan) in finalists, (plan, finalists)
-    slack = 0.0 if graph == "1" else autotune.NODE_TIE_US + 1e-6
-    assert finalists[str(plan)] <= min(finalists.values()) + slack, (plan, finalists)
+    fastest = min(finalists, key=finalists.get)
+    if str(plan) != fastest:
+        assert graph == "0", (plan, finalists)
+        assert finalists[str(plan)] <= finalists[fastest] + autotune.NODE_TIE_US + 1e-6, (plan, finalists)
+        assert autotune.kernel_count(plan) < autotune.kernel_count(_plan_of(fastest)), (plan, fastest)
     assert all(first[c] <= (1 + autotune.FINALIST_MARGIN) * min(first.values()) for c in finalists), (first, finalists)
 
 
@@ -639,7 +660,8 @@ def test_autotune_keeps_the_fastest_timing(monkeypatch, m, graph):
 @pytest.mark.parametrize("host_us", [30, 300])
 def test_autotune_timing_excludes_host_overhead(host_us, graph):
     """A candidate that spends 30 us (inside the ~100 us GPU-side wait) or 300 us (beyond it: the wait must grow)
-    on the host before its one small kernel is timed at GPU time only, eagerly and as a graph replay."""
+    on the host before its one small kernel is timed at GPU time only, eagerly. As a graph replay the host part is not
+    in the graph at all; there the bound checks the subtraction of the flushes (an unsubtracted flush is ~20 us)."""
     import time
 
     x = torch.zeros(1 << 16, device="cuda")
