@@ -126,6 +126,20 @@ def test_rs_every_split_leaves_the_accumulator_zero():
         _acc_is_zero()
 
 
+def _with_and_without_pdl(call, split: int, monkeypatch) -> torch.Tensor:
+    """``call()`` with CUDA_EXL3_PDL=1 and =0: bit for bit equal at split 1 (one writer per accumulator element onto
+    zero, then the same epilogue), within fp32 reordering (1e-3 relative) with split-k. Returns the PDL result."""
+    out = {}
+    for pdl in ("1", "0"):
+        monkeypatch.setenv("CUDA_EXL3_PDL", pdl)
+        out[pdl] = call()
+    if split == 1:
+        assert torch.equal(out["1"], out["0"])
+    else:
+        assert rel_err(out["1"], out["0"]) < 1e-3
+    return out["1"]
+
+
 @pytest.mark.parametrize("split", [1, 4])
 def test_rs_pdl_changes_nothing(split, monkeypatch):
     """With and without programmatic dependent launch: bit for bit at split 1 (one writer per accumulator element onto
@@ -133,15 +147,9 @@ def test_rs_pdl_changes_nothing(split, monkeypatch):
     cb = _cb_with(8)
     trellis, suh, svh, _ = random_layer(1024, [8192], [8], seed=39)
     x = torch.randn(200, 1024, device="cuda", dtype=torch.float16)  # 64 x 7 = 448 blocks at BM 32
-    out = {}
-    for pdl in ("1", "0"):
-        monkeypatch.setenv("CUDA_EXL3_PDL", pdl)
-        out[pdl] = _rs(x, trellis, suh, svh, None, CBS[cb], 32, split, torch.float16)
-    if split == 1:
-        assert torch.equal(out["1"], out["0"])
-    else:
-        assert rel_err(out["1"], out["0"]) < 1e-3
-    assert rel_err(out["1"], reference_forward(x, trellis, suh, svh, None, cb)) < TOL[torch.float16]
+    y = _with_and_without_pdl(lambda: _rs(x, trellis, suh, svh, None, CBS[cb], 32, split, torch.float16), split,
+                              monkeypatch)
+    assert rel_err(y, reference_forward(x, trellis, suh, svh, None, cb)) < TOL[torch.float16]
     _acc_is_zero()
 
 
@@ -154,15 +162,9 @@ def test_rs_pdl_with_several_launches(split, monkeypatch):
     hi = 10 if cb != "mul1" else 5
     trellis, suh, svh, bias = random_layer(1024, [4096, 2048, 4096], [8, hi, 8], seed=53, bias=True)
     x = torch.randn(200, 1024, device="cuda", dtype=torch.float16)  # BM 16: 13 row blocks x (32, 16, 32) column blocks
-    out = {}
-    for pdl in ("1", "0"):
-        monkeypatch.setenv("CUDA_EXL3_PDL", pdl)
-        out[pdl] = _rs(x, trellis, suh, svh, bias, CBS[cb], 16, split, torch.float16)
-    if split == 1:
-        assert torch.equal(out["1"], out["0"])
-    else:
-        assert rel_err(out["1"], out["0"]) < 1e-3
-    assert rel_err(out["1"], reference_forward(x, trellis, suh, svh, bias, cb)) < TOL[torch.float16]
+    y = _with_and_without_pdl(lambda: _rs(x, trellis, suh, svh, bias, CBS[cb], 16, split, torch.float16), split,
+                              monkeypatch)
+    assert rel_err(y, reference_forward(x, trellis, suh, svh, bias, cb)) < TOL[torch.float16]
     _acc_is_zero()
 
 
