@@ -45,6 +45,7 @@ def main():
     ap.add_argument("--path", choices=["gemm", "wgmma", "wgmma_rs"], default="gemm",
                     help="ncu mode: the GEMM launched (wgmma: the Hopper GEMM, --bm ignored; wgmma_rs: the register-A "
                          "Hopper GEMM at --bm); breakdown mode with wgmma: only the input transform and the wgmma rows")
+    ap.add_argument("--stream-k", type=int, default=0, help="ncu mode, --path wgmma: stream-k over this many blocks")
     a = ap.parse_args()
     cbname = ["3inst", "mcg", "mul1"][a.cb]
     Ls = layers(a.k, a.n, a.K, cbname, copies_for(int(a.k * a.n * a.K / 8)) if a.mode == "breakdown" else 1)
@@ -54,7 +55,9 @@ def main():
         if a.mode == "ncu":
             for _ in range(3):
                 xh = _ops.input_transform(x, Ls[0].suh)
-                if a.path == "wgmma":
+                if a.path == "wgmma" and a.stream_k:
+                    _ops.gemm_wgmma(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, 1, acc, x.dtype, stream_k=a.stream_k)
+                elif a.path == "wgmma":
                     _ops.gemm_wgmma(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, a.split, acc, x.dtype)
                 elif a.path == "wgmma_rs":
                     _ops.gemm_wgmma_rs(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, a.bm, a.split, acc, x.dtype)
@@ -83,6 +86,12 @@ def main():
                 t = graph_time_us([lambda L=L: _ops.gemm_wgmma(xh, L.trellis, L.svh, None, a.cb, split, acc, x.dtype)
                                    for L in Ls])
                 rows.append(f"  wgmma split={split}: {t:.1f} us")
+            sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+            if getattr(_ops, "wgmma_has_stream_k", lambda: False)() and sms * 32769 <= workspace.splitk_capacity():
+                for g in (sms, sms // 2):  # one block per SM (the layer's choice) and half of them
+                    t = graph_time_us([lambda L=L: _ops.gemm_wgmma(xh, L.trellis, L.svh, None, a.cb, 1, acc, x.dtype,
+                                                                   stream_k=g) for L in Ls])
+                    rows.append(f"  wgmma stream-k blocks={g}: {t:.1f} us")
         if a.path == "wgmma":
             print("\n".join(rows), flush=True)
             continue

@@ -774,3 +774,47 @@ def test_autotune_key_changes_with_the_timing_mode(monkeypatch):
     assert autotune._key(shape, 8, torch.float16, dev, False) == off
     monkeypatch.setenv("CUDA_EXL3_AUTOTUNE_GRAPH", "1")
     assert autotune._key(shape, 8, torch.float16, dev, False) != off
+
+
+def test_wgmma_stream_k_candidate(monkeypatch):
+    """The stream-k wgmma plan: one more candidate for m >= WGMMA_MIN_M when the caller offers it (wgmma_sk), never in
+    deterministic mode (nothing is timed there) and not where its partial sums and tile flags exceed the accumulator for
+    one slot per block; shown as wgmma(sk); a pinned split or another pinned path drops it; offered by the layer
+    unless CUDA_EXL3_WGMMA_SK=0 or the library's op lacks the argument."""
+    from exl3_kernels import _ops, autotune, linear
+    from exl3_kernels.plan import WGMMA_MIN_M, sk_fits
+
+    sk = Plan("wgmma", 256, 1, stream_k=True)
+    assert str(sk) == "wgmma(sk)" and sk != Plan("wgmma", 256, 1)
+    for shape in SHAPES:
+        for m in (64, 127, 128, 256, 1000, 4096):
+            with_w = candidates(shape, m, 132, ACC, wgmma=True)
+            with_sk = candidates(shape, m, 132, ACC, wgmma=True, wgmma_sk=True)
+            extra = [p for p in with_sk if p not in with_w]
+            assert [p for p in with_sk if p not in extra] == with_w
+            assert extra == ([sk] if m >= WGMMA_MIN_M else []), (shape, m)
+            assert sk not in candidates(shape, m, 132, ACC, deterministic=True, wgmma=True, wgmma_sk=True)
+            assert sk not in candidates(shape, m, 132, ACC, wgmma=False, wgmma_sk=True)
+    # one slot of 32768 partial sums and one flag per block, whatever the shape
+    assert sk_fits(132 * 32769, 132) and not sk_fits(132 * 32769 - 1, 132)
+    assert sk not in candidates(SHAPES[0], 256, 132, 132 * 32769 - 1, wgmma=True, wgmma_sk=True)
+    for v in ("PATH", "BM", "SPLIT", "LOHI", "DETERMINISTIC"):
+        monkeypatch.delenv(f"CUDA_EXL3_{v}", raising=False)
+    assert autotune._apply_pins(sk) == sk
+    monkeypatch.setenv("CUDA_EXL3_PATH", "wgmma")
+    assert autotune._apply_pins(sk) == sk
+    monkeypatch.setenv("CUDA_EXL3_SPLIT", "2")
+    assert autotune._apply_pins(sk) == Plan("wgmma", 256, 2)
+    monkeypatch.delenv("CUDA_EXL3_SPLIT")
+    for path in ("gemm", "wgmma_rs", "reconstruct"):
+        monkeypatch.setenv("CUDA_EXL3_PATH", path)
+        assert not autotune._apply_pins(sk).stream_k, path
+    monkeypatch.delenv("CUDA_EXL3_PATH")
+    monkeypatch.setattr(_ops, "wgmma_has_stream_k", lambda: True)
+    monkeypatch.delenv("CUDA_EXL3_WGMMA_SK", raising=False)
+    assert linear.wgmma_sk_offered()
+    monkeypatch.setenv("CUDA_EXL3_WGMMA_SK", "0")
+    assert not linear.wgmma_sk_offered()
+    monkeypatch.setattr(_ops, "wgmma_has_stream_k", lambda: False)
+    monkeypatch.setenv("CUDA_EXL3_WGMMA_SK", "1")
+    assert not linear.wgmma_sk_offered()

@@ -3,6 +3,7 @@
 // arguments (messages print the offending values), fills the plain launch structs of exl3/params.h and
 // launches on the current CUDA stream. Fake (meta) implementations are registered in Python
 // (exl3_kernels/_ops.py), next to the typed wrappers.
+#include <algorithm>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
@@ -291,7 +292,7 @@ std::pair<int, int> device_cc(const at::Device& device) {
 // The Hopper wgmma GEMM (csrc/gemm_sm90/wgmma_gemm.cu): same contract as gemm (BM 256, no lohi), sm_90a code only.
 Tensor gemm_wgmma(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh,
                   const std::optional<Tensor>& bias, int64_t codebook, int64_t split, const Tensor& acc,
-                  at::ScalarType out_dtype, bool pdl) {
+                  at::ScalarType out_dtype, bool pdl, int64_t stream_k) {
   TORCH_CHECK(exl3::gemm_wgmma_built(static_cast<int>(codebook)),
               "exl3_kernels.gemm_wgmma: the wgmma GEMM for codebook ", codebook, " is not built into this library (it "
               "needs 9.0 in TORCH_CUDA_ARCH_LIST; see wgmma_codebooks())");
@@ -302,6 +303,29 @@ Tensor gemm_wgmma(const Tensor& xh, const std::vector<Tensor>& trellis, const st
   exl3::GemmParams p{};
   Tensor y = gemm_setup(p, "gemm_wgmma", xh, trellis, svh, bias, codebook, 256, split, acc, out_dtype, pdl, false, false);
   TORCH_CHECK(p.k % 64 == 0, "exl3_kernels.gemm_wgmma: k = ", p.k, " must be a multiple of 64 (one pipeline stage)");
+  if (stream_k != 0) {
+    // Stream-k (wgmma_gemm.cu, "stream-k"): G blocks share the (output tile, 64-k stage) units; partial sums pass
+    // through acc (plain stores, all zero again after the call), one slot of 256 x 128 fp32 per block in the consumers'
+    // register order, then one int32 flag per block, also left zero.
+    TORCH_CHECK(stream_k > 0 && split == 1, "exl3_kernels.gemm_wgmma: stream_k = ", stream_k,
+                " needs stream_k > 0 and split = 1, got split = ", split);
+    const int64_t tiles = static_cast<int64_t>(p.n_total / 128) * ((p.m + 255) / 256);
+    const int64_t units = tiles * (p.k / 64);
+    const int64_t blocks = std::min<int64_t>(stream_k, units);
+    const int64_t flag_off = blocks * 256 * 128;
+    TORCH_CHECK(acc.scalar_type() == at::kFloat && acc.is_contiguous() && acc.device() == xh.device() &&
+                    acc.numel() >= flag_off + blocks,
+                "exl3_kernels.gemm_wgmma: stream-k needs a zeroed fp32 accumulator of at least ", flag_off + blocks,
+                " elements (", blocks, " blocks' 256 x 128 partial sums + ", blocks, " flags) on ", xh.device(), ", got ",
+                acc.scalar_type(), " with ", acc.numel());
+    TORCH_CHECK(units < (int64_t{1} << 31), "exl3_kernels.gemm_wgmma: stream-k over ", units,
+                " work units (256 x 128 tiles x 64-k stages) does not fit the kernel's 32-bit unit index");
+    check_aligned(acc, 16, "gemm_wgmma", "acc");
+    p.acc = acc.data_ptr<float>();
+    p.sk_flags = reinterpret_cast<int*>(p.acc + flag_off);
+    p.stream_k = static_cast<int>(blocks);
+    p.pdl = pdl && device_has_pdl(xh.device()) && p.stream_k >= sm_count(xh.device()) ? 1 : 0;
+  }
   c10::cuda::CUDAGuard guard(xh.device());
   if (p.m > 0)
     check_cuda(exl3::launch_gemm_wgmma(p, static_cast<int>(codebook),
@@ -549,8 +573,10 @@ TORCH_LIBRARY(exl3_kernels, m) {
   m.def("gemm_x(Tensor x, Tensor[] trellis, Tensor[] suh, Tensor[] svh, Tensor? bias, int codebook, int split, "
         "Tensor acc, ScalarType out_dtype, bool pdl=False, bool cluster=False) -> Tensor");
   // The Hopper wgmma GEMM (BM 256; sm_90a, compute capability 9.0 only): arguments and contracts as gemm.
+  // stream_k > 0 (split must be 1): stream-k over that many blocks (clamped to the work units), partial sums through
+  // `acc`, which must then hold 32768 fp32 + one int32 flag per block (after clamping).
   m.def("gemm_wgmma(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int split, Tensor acc, "
-        "ScalarType out_dtype, bool pdl=False) -> Tensor");
+        "ScalarType out_dtype, bool pdl=False, int stream_k=0) -> Tensor");
   // The register-A Hopper GEMM (BM 8, 16, 32, 64, 128; sm_90a, compute capability 9.0 only): as gemm, but `acc` is used
   // (and must be large enough) at every split, split 1 included.
   m.def("gemm_wgmma_rs(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int bm, int split, "

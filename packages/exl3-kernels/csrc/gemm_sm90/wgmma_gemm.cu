@@ -212,7 +212,7 @@ __device__ __forceinline__ void stage_epilogue_params(const GemmParams& p, const
 
 template <int CB, int K2>
 __device__ __forceinline__ void producer(const WgmmaParams& wp, const GemmShard& sh, int shard, uint32_t smem,
-                                         int s_begin, int ns, int row0, int tn0) {
+                                         int s_begin, int ns, int row0, int tn0, int g0 = 0, bool first = true) {
   using B = TrellisBits<K2>;
   constexpr int kTileWords = 4 * K2;
   constexpr int kTileBytes = 4 * kTileWords;  // K2 16-byte chunks
@@ -229,16 +229,18 @@ __device__ __forceinline__ void producer(const WgmmaParams& wp, const GemmShard&
   const uint32_t* t_row_src = sh.trellis + ((int64_t)(4 * s_begin + tr) * tiles_n + tn0) * kTileWords;
   const int64_t t_stage_words = (int64_t)4 * tiles_n * kTileWords;
   const uint32_t t_dst0 = smem + kTOff + (uint32_t)(tr * 8 * kTileBytes + 16 * lane);
+  // s counts the stages of this call (k offset from s_begin), g0 + s the stages of the block (ring slots and phases):
+  // a stream-k block calls the producer once per segment with the ring carried over (g0 > 0), otherwise g0 = 0.
   auto issue_raw = [&](int s) __attribute__((always_inline)) {
     const char* src = reinterpret_cast<const char*>(t_row_src + s * t_stage_words) + 16 * lane;
-    const uint32_t dst = t_dst0 + (uint32_t)((s % kRaw) * kTStage);
+    const uint32_t dst = t_dst0 + (uint32_t)(((g0 + s) % kRaw) * kTStage);
 #pragma unroll
     for (int j = 0; j < kRawPer; ++j)
       if (kRawChunks % 32 == 0 || lane + 32 * j < kRawChunks) cp_async16_m(dst + 512 * j, src + 512 * j);
   };
   const int shard_c = shard;
   auto issue_a = [&](int s) __attribute__((always_inline)) {
-    const int slot = s % kStages;
+    const int slot = (g0 + s) % kStages;
     // full[slot]: this arrive.expect_tx (the + 1 of its count) and the 32 KB of the box (rows >= m zero-filled count
     // as transferred bytes too).
     mbar_arrive_expect_tx(full0 + 8 * slot, kAStageBytes);
@@ -254,8 +256,8 @@ __device__ __forceinline__ void producer(const WgmmaParams& wp, const GemmShard&
   const DecodeConsts dk = DecodeConsts::make();
 
   auto decode_stage = [&](int s) __attribute__((always_inline)) {
-    const uint32_t toff = (uint32_t)((s % kRaw) * kTStage);
-    const uint32_t boff = (uint32_t)((s % kStages) * kBStageBytes);
+    const uint32_t toff = (uint32_t)(((g0 + s) % kRaw) * kTStage);
+    const uint32_t boff = (uint32_t)(((g0 + s) % kStages) * kBStageBytes);
     const uint32_t a0 = w0 + toff, a1 = w1 + toff, a2 = w2 + toff;
     const uint32_t b0 = xo0 + boff, b1 = xo1 + boff;
     // All window words first: each tile's loads would otherwise sit behind the previous tile's stores (ptxas keeps
@@ -289,13 +291,16 @@ __device__ __forceinline__ void producer(const WgmmaParams& wp, const GemmShard&
     if (s < ns) issue_raw(s);
     cp_commit_m();
   }
-  stage_epilogue_params(wp.g, sh, smem, blockIdx.x * kBN, pt);
-  pdl_wait();
+  if (first) {
+    if (wp.g.stream_k == 0) stage_epilogue_params(wp.g, sh, smem, blockIdx.x * kBN, pt);
+    pdl_wait();
+  }
+  // The block's first kStages stages find their ring slots unused: their A goes at once (g0 = 0: 4 stages of A).
   if (pt == 0)
-    for (int s = 0; s < min(ns, kStages); ++s) issue_a(s);  // the ring starts empty: 4 stages of A at once
+    for (int s = 0; s < min(ns, kStages - g0); ++s) issue_a(s);
   for (int s = 0; s < ns; ++s) {
-    const int slot = s % kStages;
-    const int u = s - kStages;
+    const int slot = (g0 + s) % kStages;
+    const int u = g0 + s - kStages;
     if (u >= 0) {
       // B[slot] and A[slot] were last read by stage u; empty(u) also proves full's phase of stage u complete, so
       // thread 0's expect_tx lands in stage s's phase.
@@ -344,15 +349,20 @@ __device__ __forceinline__ void producer(const WgmmaParams& wp, const GemmShard&
 
 // ------------------------------------------------------------------ consumers (warpgroups 1, 2)
 // NM = valid m64 halves of this warpgroup (0, 1, 2): a template so that no runtime branch sits between the wgmmas.
-template <int NM>
-__device__ __forceinline__ void consumer_loop(uint32_t smem, int ns, int cw, float (&acc0)[64], float (&acc1)[64]) {
+// g0: the block's stage index of this call's first stage (ring slot and phase; > 0 for the later segments of a
+// stream-k block). kReleaseLast: also release the last stage's slot (stream-k: the producer of the next segment waits
+// for it); a block's last loop need not.
+template <int NM, bool kReleaseLast = false>
+__device__ __forceinline__ void consumer_loop(uint32_t smem, int ns, int cw, float (&acc0)[64], float (&acc1)[64],
+                                              int g0 = 0) {
   const uint32_t full0 = smem + kBarOff, empty0 = full0 + 8 * kStages;
   const uint64_t da0 = desc_sw128(smem + kAOff + (uint32_t)(cw * 128 * 128));
   const uint64_t da1 = da0 + (uint64_t)((64 * 128) >> 4);
   const uint64_t db = desc_sw128(smem + kBOff);
   for (int s = 0; s < ns; ++s) {
-    const int slot = s % kStages;
-    mbar_wait(full0 + 8 * slot, (s / kStages) & 1);
+    const int g = g0 + s;
+    const int slot = g % kStages;
+    mbar_wait(full0 + 8 * slot, (g / kStages) & 1);
     if constexpr (NM > 0) {
       const uint64_t ao = (uint64_t)((slot * kAStageBytes) >> 4), bo = (uint64_t)((slot * kBStageBytes) >> 4);
       wgmma_fence();
@@ -365,11 +375,13 @@ __device__ __forceinline__ void consumer_loop(uint32_t smem, int ns, int cw, flo
       wgmma_commit();
       wgmma_wait<1>();  // the group of stage s - 1 is complete: its slot can be refilled
     }
-    if (s > 0) mbar_arrive(empty0 + 8 * ((s - 1) % kStages));
+    if (s > 0) mbar_arrive(empty0 + 8 * ((g - 1) % kStages));
   }
   if constexpr (NM > 0) wgmma_wait<0>();
   fence_acc(acc0);
   fence_acc(acc1);
+  if constexpr (kReleaseLast)
+    if (ns > 0) mbar_arrive(empty0 + 8 * ((g0 + ns - 1) % kStages));
 }
 
 __device__ __forceinline__ float4 lds_f32x4(uint32_t addr) {
@@ -508,6 +520,200 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const __grid_co
   if (nm >= 2) store_half(acc1, p, smem + kEpiOff, row + 64, col0, q);
 }
 
+// ------------------------------------------------------------------ stream-k (p.stream_k = G > 0 blocks)
+// Why: with one 384-thread block per SM and 128 columns per block, split 1 runs n / 128 blocks (86 on 4096x11008, 32 on
+// 4096x4096) on 132 SMs, and split-k fills the SMs but pays for its reductions: red.global.add of m x n fp32 per split
+// plus the epilogue kernel cost 21-28 us at m = 256 on 4096x11008 (split 2: 84.9 us, split 3: 70.5, split 1: 63.5;
+// bench/results/profiles/wgmma-ab-34f1168/). Stream-k (Osama et al., "Stream-K: Work-centric Parallel Decomposition
+// for Dense Matrix-Matrix Multiplication on the GPU", PPoPP 2023) gives each of G blocks an equal share of the
+// flattened (output tile, k stage) space instead.
+//
+// Schedule. Units u = t T + s (t = output tile, T = k / 64 stages per tile, s = stage); tile t = column tile (t /
+// row_tiles), row tile (t % row_tiles), so the row tiles of one column (same trellis) run on neighbouring blocks at the
+// same time. Block b owns units [floor(b U / G), floor((b + 1) U / G)) and walks them as segments (one tile's stage
+// range each) in DESCENDING u: the first segment a block computes is the only one whose tile may continue in a
+// higher block (it holds the tile's first stages), so every partial sum another block waits for is its writer's
+// first work, and a block has at most one such partial. The block holding a tile's last stage "finalizes" it (the
+// split-1 epilogue: output Hadamard, svh, bias, y); the other blocks of the tile ("contributors", the blocks from the
+// tile's first one up to the finalizer) hand over their partial sums through the accumulator:
+//   the running sum is chained through the tile's blocks in block order: block b (b > the tile's first block) waits
+//   for flag[b - 1], resets it, adds slot b - 1 of acc to its own partial sums and re-zeroes that slot; a contributor
+//   then stores the sum into its own slot b (plain stores) and publishes flag[b] = 1 (bar.sync of the consumers, then
+//   fence.acq_rel.gpu + st.release.gpu by one thread), the finalizer writes y. So acc and the flags are all zero again
+//   after the launch (the accumulator contract), no atomics are used, and the summation order depends on G only:
+//   bit-identical reruns. One slot per block suffices (a block has at most one partial), so the memory is G x 128 KB
+//   whatever the layer. Measured against the alternative of every contributor storing only its own partial and the
+//   finalizer adding them all (bench/results/profiles/stream-k-s15/, H200, 4096 k, m = 256..512): the chain was
+//   faster where tiles span 2-3 blocks (4096x11008 m = 256 57.1 against 60.0 us, 17408x5120 m = 512 177 against
+//   185), the flat form where they span ~5 (4096x4096 m = 256 kernel 37.6 against 40.4, where reconstruct wins).
+// Waits only go to lower blocks, which the hardware dispatched first and which wait only on lower blocks themselves,
+// so the chain ends; G <= the SM count keeps all blocks resident anyway. Every wait is bounded like the mbarrier waits.
+// Running sums: 32768 fp32 per block (slot) at acc + b * 32768 (sk_gather); the flags, p.sk_flags[G] (int32), follow
+// them in the accumulator (ops.cpp). Halves whose rows are all >= m are neither stored nor read.
+// Segments share the block's mbarrier ring: stage gs of the block uses slot gs % 4 and phase (gs / 4) & 1 across
+// segments; the consumers release a segment's last slot (consumer_loop<.., true>), the producer restarts its raw
+// trellis prologue per segment (the consumers' fix-up and the 4 decoded stages in the ring cover the restart).
+// The epilogue parameters (svh, bias) of a finalized tile are loaded by consumer threads 0..127 before its k loop and
+// staged into the kEpiOff area between two consumer barriers (several finalized tiles per block are possible).
+__device__ __forceinline__ void bar_consumers() { asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers) : "memory"); }
+
+__device__ __forceinline__ void sk_wait_flag(const int* flag, int want) {
+  uint32_t it = 0;
+  unsigned long long t0 = 0;
+  for (;;) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
+    if (v == want) return;
+    ++it;
+#if EXL3_WGMMA_WAIT_TIMEOUT_NS > 0
+    if (it == 1) t0 = globaltimer();
+    if ((it & 63) == 0 && globaltimer() - t0 > EXL3_WGMMA_WAIT_TIMEOUT_NS) __trap();
+#endif
+    __nanosleep(32);
+  }
+}
+
+__device__ __forceinline__ void sk_set_flag(int* flag, int v) {
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(v) : "memory");
+}
+
+// A block's partial sums in acc, in the consumers' register order: slot b's 256 x 128 fp32 at acc + b * 32768, thread ct
+// of the consumers keeps d[4j .. 4j + 3] of m64 half h at float4 index (16 h + j) * 256 + ct, so a warp's access is 32
+// consecutive float4 (512 contiguous bytes) and each thread addresses all of its 32 float4 from one base pointer with
+// immediate offsets (ptxas can then issue the loads back to back; with [row][column] addresses computed per element the
+// loads of the first build were serialized behind the zeroing stores: ncu put a third of the consumer samples there).
+// The blocks of a tile have the same rows, so the same halves are valid in all of them.
+template <bool kZero>
+__device__ __forceinline__ void sk_gather(float (&d)[64], float4* part) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const float4 v = __ldcg(part + j * 256);
+    d[4 * j] += v.x;
+    d[4 * j + 1] += v.y;
+    d[4 * j + 2] += v.z;
+    d[4 * j + 3] += v.w;
+    if (kZero) __stcg(part + j * 256, make_float4(0.f, 0.f, 0.f, 0.f));
+  }
+}
+
+__device__ __forceinline__ void sk_scatter(const float (&d)[64], float4* part) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j) __stcg(part + j * 256, make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]));
+}
+
+// The segment of block b that ends at unit hi (exclusive), its start no lower than u0.
+// Units fit in int32 (ops.cpp checks U < 2^31); products with the block count are taken in 64 bits.
+struct SkSegment {
+  int t, s_lo, ns, row0, col0;
+  __device__ __forceinline__ SkSegment(int hi, int u0, int T, int row_tiles) {
+    t = (hi - 1) / T;
+    const int lo = max(u0, t * T);
+    s_lo = lo - t * T;
+    ns = hi - lo;
+    row0 = (t % row_tiles) * kBM;
+    col0 = (t / row_tiles) * kBN;
+  }
+};
+
+template <int CB>
+__global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_sk_kernel(const __grid_constant__ WgmmaParams wp) {
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t smem = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const GemmParams& p = wp.g;
+  const int T = p.k / kBK;
+  const int row_tiles = (p.m + kBM - 1) / kBM;
+  const int U = (p.n_total / kBN) * row_tiles * T;
+  const int G = gridDim.x, b = blockIdx.x;
+  const int u0 = (int)((int64_t)b * U / G), u1 = (int)((int64_t)(b + 1) * U / G);
+  const uint32_t full0 = smem + kBarOff, empty0 = full0 + 8 * kStages;
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(full0 + 8 * i, kProducers + 1);
+      mbar_init(empty0 + 8 * i, kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const int wgi = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);  // warp-uniform role (see wgmma_gemm_kernel)
+  if (wgi == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProdRegs));
+    int gs = 0;
+    for (int hi = u1; hi > u0;) {
+      const SkSegment sg(hi, u0, T, row_tiles);
+      const int shard = shard_of(p.shard, p.num_shards, sg.col0);
+      const GemmShard& sh = p.shard[shard];
+      dispatch_k2<CB>(sh.K2, [&](auto k2_c) {
+        producer<CB, decltype(k2_c)::value>(wp, sh, shard, smem, sg.s_lo, sg.ns, sg.row0, sg.col0 / 16 - sh.col_offset / 16,
+                                            gs, gs == 0);
+      });
+      gs += sg.ns;
+      hi -= sg.ns;
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsRegs));
+  const int ct = threadIdx.x - kProducers;
+  const int cw = ct >> 7;
+  const int wl = (ct >> 5) & 3, lane = ct & 31, g = lane >> 2, q = lane & 3;
+  const uint32_t epi = smem + kEpiOff;
+  float acc0[64], acc1[64];
+  int gs = 0;
+  for (int hi = u1; hi > u0;) {
+    const SkSegment sg(hi, u0, T, row_tiles);
+    const bool fin = sg.s_lo + sg.ns == T;
+    float sv = 0.f, bi = 0.f;
+    if (fin && ct < kBN) {  // loaded now, stored to shared memory after the k loop
+      const int col = sg.col0 + ct;
+      const GemmShard& sh = p.shard[shard_of(p.shard, p.num_shards, sg.col0)];
+      sv = __half2float(*reinterpret_cast<const __half*>(sh.svh + (col - sh.col_offset)));
+      bi = p.bias != nullptr ? p.bias[col] : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      acc0[i] = 0.f;
+      acc1[i] = 0.f;
+    }
+    const int rows_wg = p.m - (sg.row0 + 128 * cw);
+    const int nm = rows_wg <= 0 ? 0 : (rows_wg <= 64 ? 1 : 2);
+    if (nm == 2) consumer_loop<2, true>(smem, sg.ns, cw, acc0, acc1, gs);
+    else if (nm == 1) consumer_loop<1, true>(smem, sg.ns, cw, acc0, acc1, gs);
+    else consumer_loop<0, true>(smem, sg.ns, cw, acc0, acc1, gs);
+    gs += sg.ns;
+    hi -= sg.ns;
+    if (hi <= u0) pdl_launch_dependents();  // the block's last k loop is done
+    if (sg.s_lo > 0) {  // block b - 1 holds the tile's earlier stages: add its running sum (slot b - 1), zero it
+      float4* prev = reinterpret_cast<float4*>(p.acc + (int64_t)(b - 1) * (kBM * kBN)) + ct;  // half 1 at + 4096
+      if (ct == 0) {
+        sk_wait_flag(p.sk_flags + b - 1, 1);
+        p.sk_flags[b - 1] = 0;  // slot b - 1 serves this tile alone: no other block reads its flag in this launch
+      }
+      bar_consumers();
+      if (nm >= 1) sk_gather<true>(acc0, prev);
+      if (nm >= 2) sk_gather<true>(acc1, prev + 16 * 256);
+    }
+    if (!fin) {  // a contributor (the block's first segment): the running sum into the block's own slot
+      float4* part = reinterpret_cast<float4*>(p.acc + (int64_t)b * (kBM * kBN)) + ct;
+      if (nm >= 1) sk_scatter(acc0, part);
+      if (nm >= 2) sk_scatter(acc1, part + 16 * 256);
+      bar_consumers();
+      if (ct == 0) sk_set_flag(p.sk_flags + b, 1);
+      continue;
+    }
+    bar_consumers();  // every consumer is done with the staged parameters of the block's previous finalized tile
+    if (ct < kBN) {
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(epi + 4 * ct), "f"(sv) : "memory");
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(epi + 4 * kBN + 4 * ct), "f"(bi) : "memory");
+    }
+    bar_consumers();
+    const int row = sg.row0 + 128 * cw + 16 * wl + g + 8 * (q & 1);
+    if (nm >= 1) store_half(acc0, p, epi, row, sg.col0, q);
+    if (nm >= 2) store_half(acc1, p, epi, row + 64, sg.col0, q);
+  }
+}
+
 // ------------------------------------------------------------------ host
 using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
@@ -556,10 +762,17 @@ cudaError_t launch_cb(const WgmmaParams& wp, cudaStream_t stream) {
   int dev = 0;
   cudaGetDevice(&dev);
   if (dev >= 32 || !((attr_set_mask >> dev) & 1u)) {
-    const cudaError_t e =
+    cudaError_t e =
         cudaFuncSetAttribute(wgmma_gemm_kernel<CB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(16));
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(wgmma_gemm_sk_kernel<CB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(16));
     if (e != cudaSuccess) return e;
     if (dev < 32) attr_set_mask |= 1u << dev;
+  }
+  if (p.stream_k > 0) {
+    static const bool image_pdl_sk = kernel_has_pdl(wgmma_gemm_sk_kernel<CB>);
+    return launch_maybe_pdl(wgmma_gemm_sk_kernel<CB>, dim3(p.stream_k), dim3(kThreads), smem_bytes(max_K2), stream,
+                            p.pdl != 0 && image_pdl_sk, wp);
   }
   const dim3 grid(p.n_total / kBN, (p.m + kBM - 1) / kBM, p.split);
   static const bool image_pdl = kernel_has_pdl(wgmma_gemm_kernel<CB>);
@@ -574,6 +787,8 @@ bool gemm_wgmma_built(int codebook) { return codebook >= 0 && codebook <= 2 && (
 cudaError_t launch_gemm_wgmma(const GemmParams& p, int codebook, cudaStream_t stream) {
   if (!gemm_wgmma_built(codebook) || p.num_shards < 1 || p.m <= 0 || p.k % wg::kBK != 0 || p.n_total % wg::kBN != 0)
     return cudaErrorInvalidValue;
+  if (p.stream_k > 0 && (!EXL3_WGMMA_DECODE_AHEAD || p.split != 1 || p.acc == nullptr || p.sk_flags == nullptr))
+    return cudaErrorInvalidValue;  // stream-k: the decode-ahead producer (g0 > 0 segments), acc and flags
   wg::WgmmaParams wp{};
   wp.g = p;
   cudaError_t e = wg::encode_xh_map(&wp.tmap_a, p);
@@ -588,7 +803,7 @@ cudaError_t launch_gemm_wgmma(const GemmParams& p, int codebook, cudaStream_t st
 #if EXL3_WGMMA_CB_MASK & 4
   if (codebook == 2) e = wg::launch_cb<2>(wp, stream);
 #endif
-  if (e != cudaSuccess || p.split <= 1) return e;
+  if (e != cudaSuccess || p.split <= 1 || p.stream_k > 0) return e;
   return launch_output_transform(p, stream);
 }
 

@@ -112,7 +112,7 @@ def _register_fakes() -> None:
 
     if hasattr(torch.ops.exl3_kernels, "gemm_wgmma"):  # libraries built before the wgmma GEMM lack the op
         @torch.library.register_fake(lib + "gemm_wgmma")
-        def _(xh, trellis, svh, bias, codebook, split, acc, out_dtype, pdl=False):
+        def _(xh, trellis, svh, bias, codebook, split, acc, out_dtype, pdl=False, stream_k=0):
             n_total = sum(t.shape[1] * 16 for t in trellis)
             return xh.new_empty((xh.shape[1], n_total), dtype=out_dtype)
 
@@ -249,19 +249,34 @@ def cluster_splitk_available(device: torch.device | str) -> bool:
 
 
 def gemm_wgmma(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], bias: torch.Tensor | None,
-               codebook: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+               codebook: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype, stream_k: int = 0) -> torch.Tensor:
     """The Hopper wgmma trellis GEMM (csrc/gemm_sm90/wgmma_gemm.cu): the contract of :func:`gemm` with BM = 256.
 
     Needs :func:`wgmma_built` for ``codebook`` and a compute capability 9.0 device (sm_90a code); ``xh`` is the
     [S, m, k] fp16 output of :func:`input_transform` (one TMA tensor map over all shards). ``split`` > 1 reduces into
     ``acc`` (all zero before and after) and runs the split-k epilogue. PDL as in :func:`gemm` (CUDA_EXL3_PDL).
+    ``stream_k`` > 0 (``split`` = 1, needs :func:`wgmma_has_stream_k`): stream-k over that many blocks (clamped to the
+    work units; normally the SM count): the blocks share the (256 x 128 output tile, 64-k stage) units equally, hand
+    partial sums over through ``acc`` (fp32, at least 32768 + 1 elements per block after clamping: one slot of partial
+    sums, then one int32 flag per block; all zero before and after) and write y themselves; one kernel, deterministic for a given
+    ``stream_k``. Raises RuntimeError when ``acc`` is smaller or ``split`` is not 1.
 
     Raises:
         RuntimeError when the library has no wgmma GEMM for the codebook, the device is not 9.0, or on the argument
         checks of :func:`gemm`.
     """
+    if stream_k:
+        return torch.ops.exl3_kernels.gemm_wgmma(xh, trellis, svh, bias, codebook, split, acc, out_dtype,
+                                                 env.get_bool("PDL", True), stream_k)
     return torch.ops.exl3_kernels.gemm_wgmma(xh, trellis, svh, bias, codebook, split, acc, out_dtype,
                                              env.get_bool("PDL", True))
+
+
+def wgmma_has_stream_k() -> bool:
+    """Whether the loaded library's gemm_wgmma takes ``stream_k`` (libraries built before it do not)."""
+    if not (load() and hasattr(torch.ops.exl3_kernels, "gemm_wgmma")):
+        return False
+    return any(a.name == "stream_k" for a in torch.ops.exl3_kernels.gemm_wgmma.default._schema.arguments)
 
 
 def gemm_wgmma_rs(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], bias: torch.Tensor | None,

@@ -117,15 +117,16 @@ def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...
             p = replace(p, path=path, bm=WGMMA_BM, lohi=False)
         elif path == "wgmma_rs":
             p = replace(p, path=path, bm=p.bm if p.bm in RS_BM_TIERS else max(RS_BM_TIERS), lohi=False,
-                        cluster=False, fused_it=False)
+                        cluster=False, fused_it=False, stream_k=False)
         elif path == "gemm" and p.path in ("wgmma", "wgmma_rs"):
-            p = replace(p, path=path, bm=max(built_bm))
+            p = replace(p, path=path, bm=max(built_bm), stream_k=False)
         else:
-            p = replace(p, path=path)
+            p = replace(p, path=path, stream_k=False)
     if bm is not None and p.path != "wgmma" and (p.path != "wgmma_rs" or bm in RS_BM_TIERS):
         p = replace(p, bm=bm, fused_it=p.fused_it and bm == 16)
     if split is not None:
-        p = replace(p, split=split, cluster=p.cluster and 2 <= split <= CLUSTER_MAX_SPLIT, fused_it=False)
+        p = replace(p, split=split, cluster=p.cluster and 2 <= split <= CLUSTER_MAX_SPLIT, fused_it=False,
+                    stream_k=False)
     if lohi:
         on = env.get_bool("LOHI") and p.path == "gemm" and p.bm in lohi_bm
         p = replace(p, lohi=on, fused_it=p.fused_it and not on)
@@ -268,7 +269,8 @@ def _key(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, de
     cost model's dense-path threshold) and AUTOTUNE_GRAPH (how candidates are timed)). Changing one of them in a running
     process gives new plans instead of stale ones."""
     return (shape, m_bucket(m), dtype, device, deterministic, cluster_mode(), env.get_bool("FUSED_IT", True),
-            env.get_bool("WGMMA", True), env.get_bool("WGMMA_RS", True), env.get_bool("PDL", True),
+            env.get_bool("WGMMA", True), env.get_bool("WGMMA_RS", True), env.get_bool("WGMMA_SK", True),
+            env.get_bool("PDL", True),
             env.get_int("SPLITK_WORKSPACE_MB", 64),
             env.get_int("RECON_MIN_M", 1024), env.get_bool("AUTOTUNE_GRAPH", False))
 
@@ -281,7 +283,8 @@ def cluster_mode() -> bool | None:
 
 def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,
            built_bm: tuple[int, ...], run: Callable[[Plan], object], lohi_bm: tuple[int, ...] = (),
-           wgmma: bool = False, cluster_splitk: bool = False, fused_it: bool = False, wgmma_rs: bool = False) -> Plan:
+           wgmma: bool = False, cluster_splitk: bool = False, fused_it: bool = False, wgmma_rs: bool = False,
+           wgmma_sk: bool = False) -> Plan:
     """Plan for this call. ``run(plan)`` executes the layer with a plan (used only when timing). ``wgmma``: the
     Hopper wgmma GEMM may be timed (built for this codebook, device of compute capability 9.0); the cost model
     picks it only in deterministic mode (plan.DET_WGMMA_MIN_TILES_PER_SM), so otherwise, under capture, it runs only where an earlier timing chose it. ``cluster_splitk``: the
@@ -289,7 +292,8 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
     which lets deterministic mode use split-k (:func:`plan.cost_model`) and, with CUDA_EXL3_CLUSTER unset, adds the
     cluster plans to the timed candidates (:func:`plan.candidates`). ``fused_it``: the library has the GEMM with the
     input transform inside; its plans are timed at small m. ``wgmma_rs``: the register-A Hopper GEMM may be timed (up to
-    plan.RS_MAX_M; never in the cost model)."""
+    plan.RS_MAX_M; never in the cost model). ``wgmma_sk``: the wgmma GEMM's stream-k form may be timed (never in the
+    cost model)."""
     deterministic = env.get_bool("DETERMINISTIC")
     recon_min_m = env.get_int("RECON_MIN_M", 1024)
     key = _key(shape, m, dtype, device, deterministic)
@@ -303,7 +307,7 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
                 _cache[key] = plan
         else:
             cands = candidates(shape, m, sm_count(device), acc_capacity, built_bm, deterministic, lohi_bm, wgmma,
-                               cluster_splitk and cluster_mode() is None, fused_it, wgmma_rs)
+                               cluster_splitk and cluster_mode() is None, fused_it, wgmma_rs, wgmma and wgmma_sk)
             if base not in cands:
                 cands.append(base)
             graph = m_bucket(m) <= GRAPH_MAX_M and env.get_bool("AUTOTUNE_GRAPH", False)
@@ -332,7 +336,7 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
 def prime_smaller_buckets(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, acc_capacity: int,
                           built_bm: tuple[int, ...], run_rows: Callable[[Plan, int], object],
                           lohi_bm: tuple[int, ...] = (), wgmma: bool = False, cluster_splitk: bool = False,
-                          fused_it: bool = False, wgmma_rs: bool = False) -> int:
+                          fused_it: bool = False, wgmma_rs: bool = False, wgmma_sk: bool = False) -> int:
     """Tune every power-of-two m bucket below ``m``'s that is not cached yet, timing each bucket b on the first
     b rows of this call's input (``run_rows(plan, b)``). Returns the number of buckets tuned.
 
@@ -356,7 +360,7 @@ def prime_smaller_buckets(shape: LayerShape, m: int, dtype: torch.dtype, device:
     while b >= 1:
         if _key(shape, b, dtype, device, False) not in _cache:
             choose(shape, b, dtype, device, acc_capacity, built_bm, lambda p, rows=b: run_rows(p, rows), lohi_bm,
-                   wgmma, cluster_splitk, fused_it, wgmma_rs)
+                   wgmma, cluster_splitk, fused_it, wgmma_rs, wgmma_sk)
             tuned += 1
         b //= 2
     if tuned:

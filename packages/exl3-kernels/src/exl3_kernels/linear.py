@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from . import _ops, autotune, env, workspace
-from .plan import BM_TIERS, LayerShape, Plan
+from .plan import BM_TIERS, LayerShape, Plan, sk_acc_elems
 
 CODEBOOK_IDS = {"3inst": 0, "mcg": 1, "mul1": 2}
 CODEBOOK_NAMES = {v: k for k, v in CODEBOOK_IDS.items()}
@@ -206,6 +206,12 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
                                   workspace.splitk_acc(x2.device), x2.dtype)
     if plan.path == "wgmma":
         xh = _ops.input_transform(x2, suh)
+        if plan.stream_k and _ops.wgmma_has_stream_k():
+            blocks = autotune.sm_count(x2.device)
+            if sk_acc_elems(blocks) <= workspace.splitk_capacity():
+                return _ops.gemm_wgmma(xh, trellis, svh, bias32, codebook, 1, workspace.splitk_acc(x2.device),
+                                       x2.dtype, stream_k=blocks)
+            # a pinned stream-k plan at an m beyond the accumulator (the autotuner checks plan.sk_fits): split 1
         acc = workspace.splitk_acc(x2.device) if plan.split > 1 else xh
         return _ops.gemm_wgmma(xh, trellis, svh, bias32, codebook, plan.split, acc, x2.dtype)
     if plan.fused_it:  # one kernel (two with split-k through the accumulator): no input transform node
@@ -261,15 +267,16 @@ def _linear_cuda(x, trellis, suh, svh, bias, codebook: int) -> torch.Tensor:
     lohi_bm = tuple(sorted({bm for cb, bm in _ops.built_instances(lohi=True) if cb == codebook}))
     wgmma = wgmma_offered(x2.device, codebook)
     wgmma_rs = wgmma_rs_offered(x2.device, codebook)
+    wgmma_sk = wgmma and wgmma_sk_offered()
     cluster = _ops.cluster_splitk_available(x2.device) and autotune.cluster_mode() is not False
     fused_it = _ops.gemm_x_built() and env.get_bool("FUSED_IT", True)
     if not autotune.is_cached(shape, m, x2.dtype, x2.device):  # first call in this bucket: tune the smaller ones too
         autotune.prime_smaller_buckets(shape, m, x2.dtype, x2.device, workspace.splitk_capacity(), built,
                                        lambda p, rows: _run_plan(p, x2[:rows], trellis, suh, svh, bias32, codebook),
-                                       lohi_bm, wgmma, cluster, fused_it, wgmma_rs)
+                                       lohi_bm, wgmma, cluster, fused_it, wgmma_rs, wgmma_sk)
     plan = autotune.choose(shape, m, x2.dtype, x2.device, workspace.splitk_capacity(), built,
                            lambda p: _run_plan(p, x2, trellis, suh, svh, bias32, codebook), lohi_bm, wgmma, cluster,
-                           fused_it, wgmma_rs)
+                           fused_it, wgmma_rs, wgmma_sk)
     y = _run_plan(plan, x2, trellis, suh, svh, bias32, codebook)
     return y.reshape(*x.shape[:-1], n_total)
 
@@ -310,6 +317,12 @@ def wgmma_offered(device: torch.device, codebook: int) -> bool:
     compute capability 9.0) and not switched off with CUDA_EXL3_WGMMA=0 (on by default since its GPU tests passed on
     the H200, 4d792ef). The pin CUDA_EXL3_PATH=wgmma does not depend on it."""
     return env.get_bool("WGMMA", True) and _ops.wgmma_usable(device, codebook)
+
+
+def wgmma_sk_offered() -> bool:
+    """Whether the autotuner may time the wgmma GEMM's stream-k form (with :func:`wgmma_offered`): the library's op
+    takes ``stream_k`` and CUDA_EXL3_WGMMA_SK=0 does not switch it off."""
+    return env.get_bool("WGMMA_SK", True) and _ops.wgmma_has_stream_k()
 
 
 def wgmma_rs_offered(device: torch.device, codebook: int) -> bool:

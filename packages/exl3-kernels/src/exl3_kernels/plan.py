@@ -65,10 +65,11 @@ class Plan:
     lohi: bool = False  # the GEMM variant that leaves lo + hi of each weight to the MMA (csrc/gemm/gemm_kernel.cuh)
     cluster: bool = False  # split-k reduced inside a thread block cluster (gemm_kernel.cuh, "Split-k in a cluster")
     fused_it: bool = False  # BM16 GEMM with the input transform inside (gemm_kernel.cuh, "Input transform inside the GEMM")
+    stream_k: bool = False  # wgmma only (split 1): stream-k over one block per SM (wgmma_gemm.cu, "stream-k")
 
     def __str__(self) -> str:
         if self.path == "wgmma":
-            return f"wgmma(split={self.split})"
+            return "wgmma(sk)" if self.stream_k else f"wgmma(split={self.split})"
         if self.path == "wgmma_rs":
             return f"wgmma_rs(bm={self.bm},split={self.split})"
         if self.path != "gemm":
@@ -314,10 +315,22 @@ def rs_plans(shape: LayerShape, m: int, sm_count: int, acc_capacity: int) -> lis
     return out
 
 
+def sk_acc_elems(blocks: int) -> int:
+    """Accumulator elements (fp32) a stream-k wgmma call over ``blocks`` blocks needs at most: one slot of 256 x 128
+    partial sums plus one int32 flag per block (ops.cpp, gemm_wgmma; csrc/gemm_sm90/wgmma_gemm.cu, "stream-k"),
+    whatever m and n: 132 blocks (an H200) take 4.3 M of the default 16 M elements."""
+    return blocks * (WGMMA_BM * 128 + 1)
+
+
+def sk_fits(acc_capacity: int, sm_count: int) -> bool:
+    """Whether a stream-k wgmma call over one block per SM fits the accumulator (:func:`sk_acc_elems`)."""
+    return sk_acc_elems(sm_count) <= acc_capacity
+
+
 def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
                built_bm: tuple[int, ...] = BM_TIERS, deterministic: bool = False,
                lohi_bm: tuple[int, ...] = (), wgmma: bool = False, cluster_splitk: bool = False,
-               fused_it: bool = False, wgmma_rs: bool = False) -> list[Plan]:
+               fused_it: bool = False, wgmma_rs: bool = False, wgmma_sk: bool = False) -> list[Plan]:
     """Plans worth timing for this m: BM tiers from the covering one down to half of it (and the largest
     for m above all tiers), split-k in powers of two up to the limits, the same tiers and splits as the lohi
     variant where built (``lohi_bm``: BM tiers with a lohi instance for this codebook), the wgmma GEMM with its
@@ -328,7 +341,8 @@ def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
     usable) its :func:`rs_plans` outside deterministic mode, and with ``fused_it`` (the library has the GEMM with
     the input transform inside) its BM16 plans for m <= FUSED_IT_MAX_M at the splits whose k slice fits
     FUSED_IT_MAX_SLICE (through the accumulator, and in a cluster at splits 2..CLUSTER_PLAN_MAX_SPLIT with
-    ``cluster_splitk``)."""
+    ``cluster_splitk``), and with ``wgmma_sk`` (the library's wgmma GEMM has stream-k and it is not switched off) the
+    stream-k wgmma plan for m >= WGMMA_MIN_M where :func:`sk_fits` (not in deterministic mode, which times nothing)."""
     bms = sorted({pick_bm(m, built_bm)} | {b for b in built_bm if m / 2 <= b <= pick_bm(m, built_bm)})
     out: list[Plan] = []
     for bm in bms:
@@ -345,6 +359,8 @@ def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
     if wgmma and m >= WGMMA_MIN_M:
         out += [Plan("wgmma", WGMMA_BM, s)
                 for s in candidate_splits(shape, m, WGMMA_BM, sm_count, acc_capacity, deterministic)]
+        if wgmma_sk and not deterministic and sk_fits(acc_capacity, sm_count):
+            out.append(Plan("wgmma", WGMMA_BM, 1, stream_k=True))
     if m >= 64:
         out.append(Plan("reconstruct"))
         out.append(Plan("reconstruct_act"))

@@ -160,7 +160,7 @@ def test_wgmma_layer_pin_and_autotune(dtype, monkeypatch):
     monkeypatch.setenv("CUDA_EXL3_AUTOTUNE", "0")
     calls = []
     real = _ops.gemm_wgmma
-    monkeypatch.setattr(_ops, "gemm_wgmma", lambda *a: calls.append(a[5]) or real(*a))
+    monkeypatch.setattr(_ops, "gemm_wgmma", lambda *a, **k: calls.append(a[5]) or real(*a, **k))
     for split in ("1", "3"):
         monkeypatch.setenv("CUDA_EXL3_SPLIT", split)
         autotune.clear()

@@ -51,6 +51,10 @@ struct GemmParams {
   const void* x;      // fused_it: [m, k] fp16 or bf16 activations, unit column stride, row stride x_stride elements
   int64_t x_stride;
   int x_bf16;
+  int stream_k;       // wgmma GEMM only: > 0 = stream-k over this many blocks (split must be 1; wgmma_gemm.cu, "stream-k"):
+                      // partial sums handed over through acc with plain stores and per-tile flags, y written by the
+                      // kernel, no epilogue kernel, deterministic for a given block count
+  int* sk_flags;      // stream_k: [output tiles] int32, all zero on entry and on exit
 };
 
 struct ReconstructParams {
