@@ -63,7 +63,7 @@ def main() -> int:
                 print(f"gemm_wgmma m={m} split={split}: rel err {e:.2e}")
             if getattr(_ops, "wgmma_has_stream_k", lambda: False)():  # stream-k: 1 block, tiles over 2-3 blocks
                 for g in (1, 3):
-                    y = _ops.gemm_wgmma(xh, trellis, svh, bias, cb, 1, workspace.splitk_acc(x.device), torch.bfloat16,
+                    y = _ops.gemm_wgmma(xh, trellis, svh, bias, cb, 1, workspace.sk_slots(x.device, 132), torch.bfloat16,
                                         stream_k=g)
                     e = ((y.float() - ref).norm() / ref.norm()).item()
                     worst = max(worst, e)

@@ -56,7 +56,8 @@ def main():
             for _ in range(3):
                 xh = _ops.input_transform(x, Ls[0].suh)
                 if a.path == "wgmma" and a.stream_k:
-                    _ops.gemm_wgmma(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, 1, acc, x.dtype, stream_k=a.stream_k)
+                    _ops.gemm_wgmma(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, 1, workspace.sk_slots(x.device, a.stream_k),
+                                    x.dtype, stream_k=a.stream_k)
                 elif a.path == "wgmma":
                     _ops.gemm_wgmma(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, a.split, acc, x.dtype)
                 elif a.path == "wgmma_rs":
@@ -87,9 +88,10 @@ def main():
                                    for L in Ls])
                 rows.append(f"  wgmma split={split}: {t:.1f} us")
             sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-            if getattr(_ops, "wgmma_has_stream_k", lambda: False)() and sms * 32769 <= workspace.splitk_capacity():
+            if getattr(_ops, "wgmma_has_stream_k", lambda: False)():
+                buf = workspace.sk_slots(x.device, sms)
                 for g in (sms, sms // 2):  # one block per SM (the layer's choice) and half of them
-                    t = graph_time_us([lambda L=L: _ops.gemm_wgmma(xh, L.trellis, L.svh, None, a.cb, 1, acc, x.dtype,
+                    t = graph_time_us([lambda L=L: _ops.gemm_wgmma(xh, L.trellis, L.svh, None, a.cb, 1, buf, x.dtype,
                                                                    stream_k=g) for L in Ls])
                     rows.append(f"  wgmma stream-k blocks={g}: {t:.1f} us")
         if a.path == "wgmma":

@@ -778,11 +778,10 @@ def test_autotune_key_changes_with_the_timing_mode(monkeypatch):
 
 def test_wgmma_stream_k_candidate(monkeypatch):
     """The stream-k wgmma plan: one more candidate for m >= WGMMA_MIN_M when the caller offers it (wgmma_sk), never in
-    deterministic mode (nothing is timed there) and not where its partial sums and tile flags exceed the accumulator for
-    one slot per block; shown as wgmma(sk); a pinned split or another pinned path drops it; offered by the layer
-    unless CUDA_EXL3_WGMMA_SK=0 or the library's op lacks the argument."""
+    deterministic mode (nothing is timed there); shown as wgmma(sk); a pinned split or another pinned path drops it;
+    offered by the layer unless CUDA_EXL3_WGMMA_SK=0 or the library's op lacks the argument."""
     from exl3_kernels import _ops, autotune, linear
-    from exl3_kernels.plan import WGMMA_MIN_M, sk_fits
+    from exl3_kernels.plan import WGMMA_MIN_M, sk_acc_elems
 
     sk = Plan("wgmma", 256, 1, stream_k=True)
     assert str(sk) == "wgmma(sk)" and sk != Plan("wgmma", 256, 1)
@@ -795,9 +794,10 @@ def test_wgmma_stream_k_candidate(monkeypatch):
             assert extra == ([sk] if m >= WGMMA_MIN_M else []), (shape, m)
             assert sk not in candidates(shape, m, 132, ACC, deterministic=True, wgmma=True, wgmma_sk=True)
             assert sk not in candidates(shape, m, 132, ACC, wgmma=False, wgmma_sk=True)
-    # one slot of 32768 partial sums and one flag per block, whatever the shape
-    assert sk_fits(132 * 32769, 132) and not sk_fits(132 * 32769 - 1, 132)
-    assert sk not in candidates(SHAPES[0], 256, 132, 132 * 32769 - 1, wgmma=True, wgmma_sk=True)
+    # one slot of 32768 running sums and one flag per block, whatever the shape; its own workspace, so offered whatever
+    # the accumulator's size
+    assert sk_acc_elems(132) == 132 * 32769
+    assert sk in candidates(SHAPES[0], 256, 132, 1, wgmma=True, wgmma_sk=True)
     for v in ("PATH", "BM", "SPLIT", "LOHI", "DETERMINISTIC"):
         monkeypatch.delenv(f"CUDA_EXL3_{v}", raising=False)
     assert autotune._apply_pins(sk) == sk

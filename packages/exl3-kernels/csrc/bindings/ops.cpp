@@ -304,9 +304,10 @@ Tensor gemm_wgmma(const Tensor& xh, const std::vector<Tensor>& trellis, const st
   Tensor y = gemm_setup(p, "gemm_wgmma", xh, trellis, svh, bias, codebook, 256, split, acc, out_dtype, pdl, false, false);
   TORCH_CHECK(p.k % 64 == 0, "exl3_kernels.gemm_wgmma: k = ", p.k, " must be a multiple of 64 (one pipeline stage)");
   if (stream_k != 0) {
-    // Stream-k (wgmma_gemm.cu, "stream-k"): G blocks share the (output tile, 64-k stage) units; partial sums pass
-    // through acc (plain stores, all zero again after the call), one slot of 256 x 128 fp32 per block in the consumers'
-    // register order, then one int32 flag per block, also left zero.
+    // Stream-k (wgmma_gemm.cu, "stream-k"): G blocks share the (output tile, 64-k stage) units; running sums pass
+    // through `acc`, a buffer of its own (workspace.sk_slots, not the split-k accumulator): one slot of 256 x 128 fp32
+    // per block in the consumers' register order (any contents on entry, left as written), then one int32 flag per
+    // block (zero on entry, left zero).
     TORCH_CHECK(stream_k > 0 && split == 1, "exl3_kernels.gemm_wgmma: stream_k = ", stream_k,
                 " needs stream_k > 0 and split = 1, got split = ", split);
     const int64_t tiles = static_cast<int64_t>(p.n_total / 128) * ((p.m + 255) / 256);
@@ -315,7 +316,7 @@ Tensor gemm_wgmma(const Tensor& xh, const std::vector<Tensor>& trellis, const st
     const int64_t flag_off = blocks * 256 * 128;
     TORCH_CHECK(acc.scalar_type() == at::kFloat && acc.is_contiguous() && acc.device() == xh.device() &&
                     acc.numel() >= flag_off + blocks,
-                "exl3_kernels.gemm_wgmma: stream-k needs a zeroed fp32 accumulator of at least ", flag_off + blocks,
+                "exl3_kernels.gemm_wgmma: stream-k needs an fp32 buffer of at least ", flag_off + blocks,
                 " elements (", blocks, " blocks' 256 x 128 partial sums + ", blocks, " flags) on ", xh.device(), ", got ",
                 acc.scalar_type(), " with ", acc.numel());
     TORCH_CHECK(units < (int64_t{1} << 31), "exl3_kernels.gemm_wgmma: stream-k over ", units,
@@ -573,8 +574,8 @@ TORCH_LIBRARY(exl3_kernels, m) {
   m.def("gemm_x(Tensor x, Tensor[] trellis, Tensor[] suh, Tensor[] svh, Tensor? bias, int codebook, int split, "
         "Tensor acc, ScalarType out_dtype, bool pdl=False, bool cluster=False) -> Tensor");
   // The Hopper wgmma GEMM (BM 256; sm_90a, compute capability 9.0 only): arguments and contracts as gemm.
-  // stream_k > 0 (split must be 1): stream-k over that many blocks (clamped to the work units), partial sums through
-  // `acc`, which must then hold 32768 fp32 + one int32 flag per block (after clamping).
+  // stream_k > 0 (split must be 1): stream-k over that many blocks (clamped to the work units), running sums through
+  // `acc`, which must then be a buffer of its own with 32768 fp32 + one int32 flag (zero) per block (after clamping).
   m.def("gemm_wgmma(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int split, Tensor acc, "
         "ScalarType out_dtype, bool pdl=False, int stream_k=0) -> Tensor");
   // The register-A Hopper GEMM (BM 8, 16, 32, 64, 128; sm_90a, compute capability 9.0 only): as gemm, but `acc` is used

@@ -537,19 +537,20 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const __grid_co
 // split-1 epilogue: output Hadamard, svh, bias, y); the other blocks of the tile ("contributors", the blocks from the
 // tile's first one up to the finalizer) hand over their partial sums through the accumulator:
 //   the running sum is chained through the tile's blocks in block order: block b (b > the tile's first block) waits
-//   for flag[b - 1], resets it, adds slot b - 1 of acc to its own partial sums and re-zeroes that slot; a contributor
+//   for flag[b - 1], resets it and adds slot b - 1 of the buffer to its own partial sums; a contributor
 //   then stores the sum into its own slot b (plain stores) and publishes flag[b] = 1 (bar.sync of the consumers, then
-//   fence.acq_rel.gpu + st.release.gpu by one thread), the finalizer writes y. So acc and the flags are all zero again
-//   after the launch (the accumulator contract), no atomics are used, and the summation order depends on G only:
-//   bit-identical reruns. One slot per block suffices (a block has at most one partial), so the memory is G x 128 KB
-//   whatever the layer. Measured against the alternative of every contributor storing only its own partial and the
+//   fence.acq_rel.gpu + st.release.gpu by one thread), the finalizer writes y. So the flags are all zero again after
+//   the launch, no atomics are used, and the summation order depends on G only: bit-identical reruns. One slot per
+//   block suffices (a block has at most one partial), so the buffer is G x 128 KB whatever the layer; it is not the
+//   split-k accumulator (whose contract is all zero) but its own workspace (workspace.sk_slots), the slots being left
+//   as written. Measured against the alternative of every contributor storing only its own partial and the
 //   finalizer adding them all (bench/results/profiles/stream-k-s15/, H200, 4096 k, m = 256..512): the chain was
 //   faster where tiles span 2-3 blocks (4096x11008 m = 256 57.1 against 60.0 us, 17408x5120 m = 512 177 against
 //   185), the flat form where they span ~5 (4096x4096 m = 256 kernel 37.6 against 40.4, where reconstruct wins).
 // Waits only go to lower blocks, which the hardware dispatched first and which wait only on lower blocks themselves,
 // so the chain ends; G <= the SM count keeps all blocks resident anyway. Every wait is bounded like the mbarrier waits.
-// Running sums: 32768 fp32 per block (slot) at acc + b * 32768 (sk_gather); the flags, p.sk_flags[G] (int32), follow
-// them in the accumulator (ops.cpp). Halves whose rows are all >= m are neither stored nor read.
+// Running sums: 32768 fp32 per block (slot) at p.acc + b * 32768 (sk_gather); the flags, p.sk_flags[G] (int32), follow
+// them in the same buffer (ops.cpp). Halves whose rows are all >= m are neither stored nor read.
 // Segments share the block's mbarrier ring: stage gs of the block uses slot gs % 4 and phase (gs / 4) & 1 across
 // segments; the consumers release a segment's last slot (consumer_loop<.., true>), the producer restarts its raw
 // trellis prologue per segment (the consumers' fix-up and the 4 decoded stages in the ring cover the restart).
@@ -583,9 +584,10 @@ __device__ __forceinline__ void sk_set_flag(int* flag, int v) {
 // consecutive float4 (512 contiguous bytes) and each thread addresses all of its 32 float4 from one base pointer with
 // immediate offsets (ptxas can then issue the loads back to back; with [row][column] addresses computed per element the
 // loads of the first build were serialized behind the zeroing stores: ncu put a third of the consumer samples there).
-// The blocks of a tile have the same rows, so the same halves are valid in all of them.
-template <bool kZero>
-__device__ __forceinline__ void sk_gather(float (&d)[64], float4* part) {
+// The blocks of a tile have the same rows, so the same halves are valid in all of them. Slots are never re-zeroed:
+// every slot read in a launch was written earlier in it (an earlier build zeroed each slot after reading it, 128 KB
+// more stores per hand-over on the reader's SM: 4096x11008 m = 256 60.0 us against 57.2 without).
+__device__ __forceinline__ void sk_gather(float (&d)[64], const float4* part) {
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
     const float4 v = __ldcg(part + j * 256);
@@ -593,7 +595,6 @@ __device__ __forceinline__ void sk_gather(float (&d)[64], float4* part) {
     d[4 * j + 1] += v.y;
     d[4 * j + 2] += v.z;
     d[4 * j + 3] += v.w;
-    if (kZero) __stcg(part + j * 256, make_float4(0.f, 0.f, 0.f, 0.f));
   }
 }
 
@@ -684,15 +685,15 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_sk_kernel(const __grid
     gs += sg.ns;
     hi -= sg.ns;
     if (hi <= u0) pdl_launch_dependents();  // the block's last k loop is done
-    if (sg.s_lo > 0) {  // block b - 1 holds the tile's earlier stages: add its running sum (slot b - 1), zero it
+    if (sg.s_lo > 0) {  // block b - 1 holds the tile's earlier stages: add its running sum (slot b - 1)
       float4* prev = reinterpret_cast<float4*>(p.acc + (int64_t)(b - 1) * (kBM * kBN)) + ct;  // half 1 at + 4096
       if (ct == 0) {
         sk_wait_flag(p.sk_flags + b - 1, 1);
         p.sk_flags[b - 1] = 0;  // slot b - 1 serves this tile alone: no other block reads its flag in this launch
       }
       bar_consumers();
-      if (nm >= 1) sk_gather<true>(acc0, prev);
-      if (nm >= 2) sk_gather<true>(acc1, prev + 16 * 256);
+      if (nm >= 1) sk_gather(acc0, prev);
+      if (nm >= 2) sk_gather(acc1, prev + 16 * 256);
     }
     if (!fin) {  // a contributor (the block's first segment): the running sum into the block's own slot
       float4* part = reinterpret_cast<float4*>(p.acc + (int64_t)b * (kBM * kBN)) + ct;

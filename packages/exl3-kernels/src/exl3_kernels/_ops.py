@@ -257,8 +257,9 @@ def gemm_wgmma(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Te
     ``acc`` (all zero before and after) and runs the split-k epilogue. PDL as in :func:`gemm` (CUDA_EXL3_PDL).
     ``stream_k`` > 0 (``split`` = 1, needs :func:`wgmma_has_stream_k`): stream-k over that many blocks (clamped to the
     work units; normally the SM count): the blocks share the (256 x 128 output tile, 64-k stage) units equally, hand
-    partial sums over through ``acc`` (fp32, at least 32768 + 1 elements per block after clamping: one slot of partial
-    sums, then one int32 flag per block; all zero before and after) and write y themselves; one kernel, deterministic for a given
+    running sums over through ``acc`` (fp32, at least 32768 + 1 elements per block after clamping: one slot per block,
+    whose contents may be anything and are left so, then one int32 flag per block, zero before and after: pass
+    workspace.sk_slots, never the split-k accumulator) and write y themselves; one kernel, deterministic for a given
     ``stream_k``. Raises RuntimeError when ``acc`` is smaller or ``split`` is not 1.
 
     Raises:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from . import _ops, autotune, env, workspace
-from .plan import BM_TIERS, LayerShape, Plan, sk_acc_elems
+from .plan import BM_TIERS, LayerShape, Plan
 
 CODEBOOK_IDS = {"3inst": 0, "mcg": 1, "mul1": 2}
 CODEBOOK_NAMES = {v: k for k, v in CODEBOOK_IDS.items()}
@@ -208,10 +208,8 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
         xh = _ops.input_transform(x2, suh)
         if plan.stream_k and _ops.wgmma_has_stream_k():
             blocks = autotune.sm_count(x2.device)
-            if sk_acc_elems(blocks) <= workspace.splitk_capacity():
-                return _ops.gemm_wgmma(xh, trellis, svh, bias32, codebook, 1, workspace.splitk_acc(x2.device),
-                                       x2.dtype, stream_k=blocks)
-            # a pinned stream-k plan at an m beyond the accumulator (the autotuner checks plan.sk_fits): split 1
+            return _ops.gemm_wgmma(xh, trellis, svh, bias32, codebook, 1, workspace.sk_slots(x2.device, blocks),
+                                   x2.dtype, stream_k=blocks)
         acc = workspace.splitk_acc(x2.device) if plan.split > 1 else xh
         return _ops.gemm_wgmma(xh, trellis, svh, bias32, codebook, plan.split, acc, x2.dtype)
     if plan.fused_it:  # one kernel (two with split-k through the accumulator): no input transform node

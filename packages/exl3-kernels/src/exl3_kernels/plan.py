@@ -316,15 +316,10 @@ def rs_plans(shape: LayerShape, m: int, sm_count: int, acc_capacity: int) -> lis
 
 
 def sk_acc_elems(blocks: int) -> int:
-    """Accumulator elements (fp32) a stream-k wgmma call over ``blocks`` blocks needs at most: one slot of 256 x 128
-    partial sums plus one int32 flag per block (ops.cpp, gemm_wgmma; csrc/gemm_sm90/wgmma_gemm.cu, "stream-k"),
-    whatever m and n: 132 blocks (an H200) take 4.3 M of the default 16 M elements."""
+    """Elements (fp32) of the buffer a stream-k wgmma call over ``blocks`` blocks needs: one slot of 256 x 128 running
+    sums plus one int32 flag per block (ops.cpp, gemm_wgmma; csrc/gemm_sm90/wgmma_gemm.cu, "stream-k"), whatever m and
+    n: 17.3 MB for the 132 blocks of an H200 (workspace.sk_slots)."""
     return blocks * (WGMMA_BM * 128 + 1)
-
-
-def sk_fits(acc_capacity: int, sm_count: int) -> bool:
-    """Whether a stream-k wgmma call over one block per SM fits the accumulator (:func:`sk_acc_elems`)."""
-    return sk_acc_elems(sm_count) <= acc_capacity
 
 
 def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
@@ -342,7 +337,8 @@ def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
     the input transform inside) its BM16 plans for m <= FUSED_IT_MAX_M at the splits whose k slice fits
     FUSED_IT_MAX_SLICE (through the accumulator, and in a cluster at splits 2..CLUSTER_PLAN_MAX_SPLIT with
     ``cluster_splitk``), and with ``wgmma_sk`` (the library's wgmma GEMM has stream-k and it is not switched off) the
-    stream-k wgmma plan for m >= WGMMA_MIN_M where :func:`sk_fits` (not in deterministic mode, which times nothing)."""
+    stream-k wgmma plan for m >= WGMMA_MIN_M (not in deterministic mode, which times nothing; it has its own workspace,
+    so the accumulator's size does not limit it)."""
     bms = sorted({pick_bm(m, built_bm)} | {b for b in built_bm if m / 2 <= b <= pick_bm(m, built_bm)})
     out: list[Plan] = []
     for bm in bms:
@@ -359,7 +355,7 @@ def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
     if wgmma and m >= WGMMA_MIN_M:
         out += [Plan("wgmma", WGMMA_BM, s)
                 for s in candidate_splits(shape, m, WGMMA_BM, sm_count, acc_capacity, deterministic)]
-        if wgmma_sk and not deterministic and sk_fits(acc_capacity, sm_count):
+        if wgmma_sk and not deterministic:
             out.append(Plan("wgmma", WGMMA_BM, 1, stream_k=True))
     if m >= 64:
         out.append(Plan("reconstruct"))

@@ -4,6 +4,10 @@
   into it and its epilogue re-zeroes what it touched, so no per-call memset exists. Sized by
   CUDA_EXL3_SPLITK_WORKSPACE_MB (the planner refuses split-k through it for m * n beyond it; split-k in a thread
   block cluster does not use it).
+- ``sk_slots(device, blocks)``: the stream-k wgmma GEMM's hand-over buffer (one 128 KB slot of running sums per
+  block, then one int32 flag per block; plan.sk_acc_elems). Contract: the flags are zero between ops (the kernel resets
+  them); the slots may hold anything (every slot is written before it is read in a call), which is why this is not the
+  split-k accumulator, whose contract is all zero.
 - ``recon(device, numel, dtype)``: the dense-W buffer of the reconstruct path (grow-only, capped by
   CUDA_EXL3_RECON_WORKSPACE_MB; larger layers are processed in column chunks).
 
@@ -20,6 +24,7 @@ import torch
 from . import env
 
 _acc: dict[int, torch.Tensor] = {}
+_sk: dict[int, torch.Tensor] = {}
 _recon: dict[int, torch.Tensor] = {}
 # Buffers replaced by a bigger one stay referenced for the life of the process: a CUDA graph captured while
 # an older buffer was current keeps writing to its address on every replay, so that memory must never
@@ -49,6 +54,25 @@ def splitk_acc(device: torch.device) -> torch.Tensor:
     return t
 
 
+def sk_slots(device: torch.device, blocks: int) -> torch.Tensor:
+    """The stream-k buffer of ``device`` for ``blocks`` blocks (zeros when allocated; grow-only, and like the other
+    workspaces it must be created before CUDA-graph capture, RuntimeError otherwise)."""
+    from .plan import sk_acc_elems
+
+    i = _index(device)
+    need = sk_acc_elems(blocks)
+    t = _sk.get(i)
+    if t is None or t.numel() < need:
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("exl3_kernels: the stream-k workspace must be created before CUDA-graph capture "
+                               "(run one eager forward first)")
+        if t is not None:
+            _retired.append(t)
+        t = torch.zeros(need, dtype=torch.float32, device=torch.device("cuda", i))
+        _sk[i] = t
+    return t
+
+
 def recon_capacity_bytes() -> int:
     """Cap of the dense-W workspace in bytes (CUDA_EXL3_RECON_WORKSPACE_MB, default 512 MiB); layers whose W is
     larger are reconstructed and multiplied in column chunks of at most this size."""
@@ -74,5 +98,6 @@ def recon(device: torch.device, numel: int, dtype: torch.dtype) -> torch.Tensor:
 def reset() -> None:
     """Drop all workspaces (tests only: never while a captured CUDA graph may replay)."""
     _acc.clear()
+    _sk.clear()
     _recon.clear()
     _retired.clear()

@@ -1,11 +1,11 @@
 """The stream-k form of the Hopper wgmma GEMM (csrc/gemm_sm90/wgmma_gemm.cu, "stream-k"; gemm_wgmma(..., stream_k=G)).
 
-G blocks share the (256 x 128 output tile, 64-k stage) units; a tile's partial sums pass from block to block through
-the split-k accumulator (32768 fp32 per tile, then one int32 flag per tile), and the block holding the tile's last stage writes y. Checked here against
+G blocks share the (256 x 128 output tile, 64-k stage) units; a tile's running sum passes from block to block through
+the stream-k workspace (workspace.sk_slots: 32768 fp32 per block, then one int32 flag per block), and the block holding the tile's last stage writes y. Checked here against
 the pure-torch reference and the split-1 kernel, at block counts that make a tile span one block (G = 1: every tile
 finalized by the same block, several per block), two, and three or more (small G against many stages), with partly
 empty row blocks, mixed-K shards that a block's segments cross, bias, fp16 / bf16; the accumulator and the flags
-all zero afterwards; bit-identical reruns, PDL on / off and CUDA-graph
+the flags zero afterwards and the split-k accumulator untouched (all zero); bit-identical reruns, PDL on / off and CUDA-graph
 replay (no atomics: the summation order depends on G only). Skipped like test_wgmma_gpu.py.
 """
 from __future__ import annotations
@@ -31,7 +31,14 @@ def _sk(x, trellis, suh, svh, bias, cb: int, blocks: int, dtype):
     if not _ops.wgmma_has_stream_k():
         pytest.skip("this library's gemm_wgmma has no stream_k argument")
     xh = _ops.input_transform(x, suh)
-    return _ops.gemm_wgmma(xh, trellis, svh, bias, cb, 1, workspace.splitk_acc(x.device), dtype, stream_k=blocks)
+    buf = workspace.sk_slots(x.device, max(blocks, _sm()))
+    y = _ops.gemm_wgmma(xh, trellis, svh, bias, cb, 1, buf, dtype, stream_k=blocks)
+    if not torch.cuda.is_current_stream_capturing():
+        units = sum(t.shape[1] * 16 for t in trellis) // 128 * ((x.shape[0] + 255) // 256) * (x.shape[1] // 64)
+        g = min(blocks, units)  # the block count after ops.cpp's clamp: the flags follow its slots
+        flags = buf[g * 32768:g * 32768 + g].view(torch.int32)
+        assert torch.count_nonzero(flags).item() == 0, "stream-k flags not reset"
+    return y
 
 
 def _split1(x, trellis, suh, svh, bias, cb: int, dtype):
@@ -165,6 +172,6 @@ def test_sk_bad_inputs_refused():
     with pytest.raises(RuntimeError, match="split = 1"):
         _ops.gemm_wgmma(xh, trellis, svh, None, CBS[cb], 2, acc, torch.float16, stream_k=4)
     small = torch.zeros(4 * 32768, device="cuda")  # room for the 4 tiles' partial sums, not for their 4 flags
-    with pytest.raises(RuntimeError, match="stream-k needs a zeroed fp32 accumulator of at least 131076"):
+    with pytest.raises(RuntimeError, match="stream-k needs an fp32 buffer of at least 131076"):
         _ops.gemm_wgmma(xh, trellis, svh, None, CBS[cb], 1, small, torch.float16, stream_k=4)
     _acc_is_zero()
