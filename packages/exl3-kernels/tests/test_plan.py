@@ -796,7 +796,7 @@ def test_wgmma_stream_k_candidate(monkeypatch):
             assert sk not in candidates(shape, m, 132, ACC, wgmma=False, wgmma_sk=True)
     # one slot of 32768 running sums and one flag per block, whatever the shape; its own workspace, so offered whatever
     # the accumulator's size
-    assert sk_acc_elems(132) == 132 * 32769
+    assert sk_acc_elems(132) == 1024 + 132 * 32768
     assert sk in candidates(SHAPES[0], 256, 132, 1, wgmma=True, wgmma_sk=True)
     for v in ("PATH", "BM", "SPLIT", "LOHI", "DETERMINISTIC"):
         monkeypatch.delenv(f"CUDA_EXL3_{v}", raising=False)

@@ -305,25 +305,29 @@ Tensor gemm_wgmma(const Tensor& xh, const std::vector<Tensor>& trellis, const st
   TORCH_CHECK(p.k % 64 == 0, "exl3_kernels.gemm_wgmma: k = ", p.k, " must be a multiple of 64 (one pipeline stage)");
   if (stream_k != 0) {
     // Stream-k (wgmma_gemm.cu, "stream-k"): G blocks share the (output tile, 64-k stage) units; running sums pass
-    // through `acc`, a buffer of its own (workspace.sk_slots, not the split-k accumulator): one slot of 256 x 128 fp32
-    // per block in the consumers' register order (any contents on entry, left as written), then one int32 flag per
-    // block (zero on entry, left zero).
+    // through `acc`, a buffer of its own (workspace.sk_slots, not the split-k accumulator): kSkFlags int32 flags first
+    // (zero on entry, left zero; a fixed region, so that no block count's slots ever overlap another's flags: a first
+    // build put the flags after the G slots, where a later call with fewer blocks found a previous call's running sums
+    // as its flags), then one slot of 256 x 128 fp32 per block in the consumers' register order (any contents on
+    // entry, left as written).
+    constexpr int64_t kSkFlags = 1024;
+    TORCH_CHECK(stream_k <= kSkFlags, "exl3_kernels.gemm_wgmma: stream_k = ", stream_k, " blocks, at most ", kSkFlags);
     TORCH_CHECK(stream_k > 0 && split == 1, "exl3_kernels.gemm_wgmma: stream_k = ", stream_k,
                 " needs stream_k > 0 and split = 1, got split = ", split);
     const int64_t tiles = static_cast<int64_t>(p.n_total / 128) * ((p.m + 255) / 256);
     const int64_t units = tiles * (p.k / 64);
     const int64_t blocks = std::min<int64_t>(stream_k, units);
-    const int64_t flag_off = blocks * 256 * 128;
+    const int64_t need = kSkFlags + blocks * 256 * 128;
     TORCH_CHECK(acc.scalar_type() == at::kFloat && acc.is_contiguous() && acc.device() == xh.device() &&
-                    acc.numel() >= flag_off + blocks,
-                "exl3_kernels.gemm_wgmma: stream-k needs an fp32 buffer of at least ", flag_off + blocks,
-                " elements (", blocks, " blocks' 256 x 128 partial sums + ", blocks, " flags) on ", xh.device(), ", got ",
+                    acc.numel() >= need,
+                "exl3_kernels.gemm_wgmma: stream-k needs an fp32 buffer of at least ", need, " elements (", kSkFlags,
+                " flags + ", blocks, " blocks' 256 x 128 running sums) on ", xh.device(), ", got ",
                 acc.scalar_type(), " with ", acc.numel());
     TORCH_CHECK(units < (int64_t{1} << 31), "exl3_kernels.gemm_wgmma: stream-k over ", units,
                 " work units (256 x 128 tiles x 64-k stages) does not fit the kernel's 32-bit unit index");
     check_aligned(acc, 16, "gemm_wgmma", "acc");
-    p.acc = acc.data_ptr<float>();
-    p.sk_flags = reinterpret_cast<int*>(p.acc + flag_off);
+    p.sk_flags = reinterpret_cast<int*>(acc.data_ptr<float>());
+    p.acc = acc.data_ptr<float>() + kSkFlags;
     p.stream_k = static_cast<int>(blocks);
     p.pdl = pdl && device_has_pdl(xh.device()) && p.stream_k >= sm_count(xh.device()) ? 1 : 0;
   }
@@ -575,7 +579,7 @@ TORCH_LIBRARY(exl3_kernels, m) {
         "Tensor acc, ScalarType out_dtype, bool pdl=False, bool cluster=False) -> Tensor");
   // The Hopper wgmma GEMM (BM 256; sm_90a, compute capability 9.0 only): arguments and contracts as gemm.
   // stream_k > 0 (split must be 1): stream-k over that many blocks (clamped to the work units), running sums through
-  // `acc`, which must then be a buffer of its own with 32768 fp32 + one int32 flag (zero) per block (after clamping).
+  // `acc`, which must then be a buffer of its own: 1024 int32 flags (zero), then 32768 fp32 per block (after clamping).
   m.def("gemm_wgmma(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int split, Tensor acc, "
         "ScalarType out_dtype, bool pdl=False, int stream_k=0) -> Tensor");
   // The register-A Hopper GEMM (BM 8, 16, 32, 64, 128; sm_90a, compute capability 9.0 only): as gemm, but `acc` is used

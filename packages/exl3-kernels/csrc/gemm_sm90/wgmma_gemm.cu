@@ -549,8 +549,8 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const __grid_co
 //   185), the flat form where they span ~5 (4096x4096 m = 256 kernel 37.6 against 40.4, where reconstruct wins).
 // Waits only go to lower blocks, which the hardware dispatched first and which wait only on lower blocks themselves,
 // so the chain ends; G <= the SM count keeps all blocks resident anyway. Every wait is bounded like the mbarrier waits.
-// Running sums: 32768 fp32 per block (slot) at p.acc + b * 32768 (sk_gather); the flags, p.sk_flags[G] (int32), follow
-// them in the same buffer (ops.cpp). Halves whose rows are all >= m are neither stored nor read.
+// Running sums: 32768 fp32 per block (slot) at p.acc + b * 32768 (sk_gather); the flags, p.sk_flags[G] (int32), sit
+// in a fixed region before them in the same buffer (ops.cpp). Halves whose rows are all >= m are neither stored nor read.
 // Segments share the block's mbarrier ring: stage gs of the block uses slot gs % 4 and phase (gs / 4) & 1 across
 // segments; the consumers release a segment's last slot (consumer_loop<.., true>), the producer restarts its raw
 // trellis prologue per segment (the consumers' fix-up and the 4 decoded stages in the ring cover the restart).

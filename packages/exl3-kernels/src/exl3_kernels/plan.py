@@ -18,6 +18,7 @@ BLOCKS_PER_SM = {16: 4, 32: 3, 64: 3, 128: 2, 256: 1}  # 256: the wgmma GEMM (on
 # The Hopper wgmma GEMM (csrc/gemm_sm90/wgmma_gemm.cu): BM 256 rows per block, offered to the autotuner from m = 128
 # when the library has it and the device is compute capability 9.0 (docs/hopper-gemm.md). Never in the cost model.
 WGMMA_BM = 256
+SK_MAX_BLOCKS = 1024  # stream-k blocks per call at most: the fixed flag region of the stream-k buffer (ops.cpp)
 WGMMA_MIN_M = 128
 # The register-A Hopper GEMM (csrc/gemm_sm90/wgmma_rs_gemm.cu): the decoded trellis as the wgmma A operand, xh as B;
 # BM tiers and resident blocks per SM (its __launch_bounds__), offered to the autotuner up to RS_MAX_M outside
@@ -316,10 +317,11 @@ def rs_plans(shape: LayerShape, m: int, sm_count: int, acc_capacity: int) -> lis
 
 
 def sk_acc_elems(blocks: int) -> int:
-    """Elements (fp32) of the buffer a stream-k wgmma call over ``blocks`` blocks needs: one slot of 256 x 128 running
-    sums plus one int32 flag per block (ops.cpp, gemm_wgmma; csrc/gemm_sm90/wgmma_gemm.cu, "stream-k"), whatever m and
-    n: 17.3 MB for the 132 blocks of an H200 (workspace.sk_slots)."""
-    return blocks * (WGMMA_BM * 128 + 1)
+    """Elements (fp32) of the buffer a stream-k wgmma call over ``blocks`` (<= SK_MAX_BLOCKS) blocks needs: a fixed
+    region of SK_MAX_BLOCKS int32 flags, then one slot of 256 x 128 running sums per block (ops.cpp, gemm_wgmma;
+    csrc/gemm_sm90/wgmma_gemm.cu, "stream-k"), whatever m and n: 17.3 MB for the 132 blocks of an H200
+    (workspace.sk_slots)."""
+    return SK_MAX_BLOCKS + blocks * WGMMA_BM * 128
 
 
 def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,

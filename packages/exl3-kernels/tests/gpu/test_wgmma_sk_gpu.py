@@ -33,11 +33,8 @@ def _sk(x, trellis, suh, svh, bias, cb: int, blocks: int, dtype):
     xh = _ops.input_transform(x, suh)
     buf = workspace.sk_slots(x.device, max(blocks, _sm()))
     y = _ops.gemm_wgmma(xh, trellis, svh, bias, cb, 1, buf, dtype, stream_k=blocks)
-    if not torch.cuda.is_current_stream_capturing():
-        units = sum(t.shape[1] * 16 for t in trellis) // 128 * ((x.shape[0] + 255) // 256) * (x.shape[1] // 64)
-        g = min(blocks, units)  # the block count after ops.cpp's clamp: the flags follow its slots
-        flags = buf[g * 32768:g * 32768 + g].view(torch.int32)
-        assert torch.count_nonzero(flags).item() == 0, "stream-k flags not reset"
+    if not torch.cuda.is_current_stream_capturing():  # the fixed flag region before the slots
+        assert torch.count_nonzero(buf[:1024].view(torch.int32)).item() == 0, "stream-k flags not reset"
     return y
 
 
@@ -171,7 +168,10 @@ def test_sk_bad_inputs_refused():
     acc = workspace.splitk_acc(x.device)
     with pytest.raises(RuntimeError, match="split = 1"):
         _ops.gemm_wgmma(xh, trellis, svh, None, CBS[cb], 2, acc, torch.float16, stream_k=4)
-    small = torch.zeros(4 * 32768, device="cuda")  # room for the 4 tiles' partial sums, not for their 4 flags
-    with pytest.raises(RuntimeError, match="stream-k needs an fp32 buffer of at least 131076"):
+    with pytest.raises(RuntimeError, match="at most 1024"):  # the fixed flag region of the buffer
+        _ops.gemm_wgmma(xh, trellis, svh, None, CBS[cb], 1, workspace.sk_slots(x.device, 1025), torch.float16,
+                        stream_k=1025)
+    small = torch.zeros(4 * 32768 + 1023, device="cuda")  # one element short of the flags + 4 slots
+    with pytest.raises(RuntimeError, match="stream-k needs an fp32 buffer of at least 132096"):
         _ops.gemm_wgmma(xh, trellis, svh, None, CBS[cb], 1, small, torch.float16, stream_k=4)
     _acc_is_zero()
