@@ -1,7 +1,8 @@
 // The Hopper (sm_90a) trellis GEMM: y[m, n] = had_n( xh[m, k] @ Ŵ[k, n] ) * svh / sqrt(128) + bias, with Ŵ decoded
 // from the trellis by a producer warpgroup into shared memory and multiplied by wgmma. Same interface as the mma.sync
 // GEMM (GemmParams: shards addressed by absolute column, each with its own xh, trellis, svh and K2; split-k through
-// the process-wide fp32 accumulator and splitk_epilogue). Integrated from bench/wgmma_gemm_proto.cu (full-tma, all 12
+// the process-wide fp32 accumulator and splitk_epilogue; or stream-k over one block per SM, section "stream-k" below).
+// Integrated from bench/wgmma_gemm_proto.cu (full-tma, all 12
 // checks passed on the H200 at a1ddb41; the decode-ahead loop and the quad-shuffle output of d8615a1, built, not run).
 // GPU-tested on the H200 (4d792ef, and with the staged epilogue parameters at 34f1168: tests/gpu/test_wgmma_gpu.py,
 // compute-sanitizer clean); docs/hopper-gemm.md,
