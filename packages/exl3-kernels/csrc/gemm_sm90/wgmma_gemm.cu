@@ -540,7 +540,8 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const __grid_co
 //   the running sum is chained through the tile's blocks in block order: block b (b > the tile's first block) waits
 //   for flag[b - 1], resets it and adds slot b - 1 of the buffer to its own partial sums; a contributor
 //   then stores the sum into its own slot b (plain stores) and publishes flag[b] = 1 (bar.sync of the consumers, then
-//   fence.acq_rel.gpu + st.release.gpu by one thread), the finalizer writes y. So the flags are all zero again after
+//   st.release.gpu by one thread: release is cumulative over the stores the barrier ordered before it), the finalizer
+//   writes y. So the flags are all zero again after
 //   the launch, no atomics are used, and the summation order depends on G only: bit-identical reruns. One slot per
 //   block suffices (a block has at most one partial), so the buffer is G x 128 KB whatever the layer; it is not the
 //   split-k accumulator (whose contract is all zero) but its own workspace (workspace.sk_slots), the slots being left
@@ -549,7 +550,10 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const __grid_co
 //   faster where tiles span 2-3 blocks (4096x11008 m = 256 57.1 against 60.0 us, 17408x5120 m = 512 177 against
 //   185), the flat form where they span ~5 (4096x4096 m = 256 kernel 37.6 against 40.4, where reconstruct wins).
 // Waits only go to lower blocks, which the hardware dispatched first and which wait only on lower blocks themselves,
-// so the chain ends; G <= the SM count keeps all blocks resident anyway. Every wait is bounded like the mbarrier waits.
+// so the chain ends; this relies on the hardware dispatching a grid's blocks in index order, as CUTLASS's stream-k
+// fix-up does, and the layer passes G = the SM count (one resident block per SM). Every wait is bounded like the
+// mbarrier waits (a trap instead of a hang). One buffer per device serves all calls, like the split-k accumulator:
+// stream-k calls on two streams at once could consume each other's flags (workspace.py: one compute stream per device).
 // Running sums: 32768 fp32 per block (slot) at p.acc + b * 32768 (sk_gather); the flags, p.sk_flags[G] (int32), sit
 // in a fixed region before them in the same buffer (ops.cpp). Halves whose rows are all >= m are neither stored nor read.
 // Segments share the block's mbarrier ring: stage gs of the block uses slot gs % 4 and phase (gs / 4) & 1 across
@@ -576,8 +580,7 @@ __device__ __forceinline__ void sk_wait_flag(const int* flag, int want) {
 }
 
 __device__ __forceinline__ void sk_set_flag(int* flag, int v) {
-  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(v) : "memory");
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(v) : "memory");  // after bar.sync: cumulative
 }
 
 // A block's partial sums in acc, in the consumers' register order: slot b's 256 x 128 fp32 at acc + b * 32768, thread ct
@@ -642,11 +645,18 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_sk_kernel(const __grid
   const int wgi = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);  // warp-uniform role (see wgmma_gemm_kernel)
   if (wgi == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProdRegs));
-    int gs = 0;
+    int gs = 0, k2_prev = 0;
     for (int hi = u1; hi > u0;) {
       const SkSegment sg(hi, u0, T, row_tiles);
       const int shard = shard_of(p.shard, p.num_shards, sg.col0);
       const GemmShard& sh = p.shard[shard];
+      // The raw trellis ring's layout depends on K2 (slot stride t_stage_bytes(K2), warp part 128 K2 bytes), and the
+      // producer warps meet only at full / empty, so a warp may still decode the last stages of the previous segment
+      // (or have copies of them in flight) when another starts this one's prologue. When K2 changes, all producer
+      // warps first finish the previous segment (each left it with cp.async.wait_group 0): a named barrier of the 128
+      // producer threads. Same K2: every warp copies and reads only its own part of a slot, the regions stay put.
+      if (gs > 0 && sh.K2 != k2_prev) asm volatile("bar.sync 2, %0;\n" ::"n"(kProducers) : "memory");
+      k2_prev = sh.K2;
       dispatch_k2<CB>(sh.K2, [&](auto k2_c) {
         producer<CB, decltype(k2_c)::value>(wp, sh, shard, smem, sg.s_lo, sg.ns, sg.row0, sg.col0 / 16 - sh.col_offset / 16,
                                             gs, gs == 0);

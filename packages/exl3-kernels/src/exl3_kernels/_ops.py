@@ -257,10 +257,10 @@ def gemm_wgmma(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Te
     ``acc`` (all zero before and after) and runs the split-k epilogue. PDL as in :func:`gemm` (CUDA_EXL3_PDL).
     ``stream_k`` > 0 (``split`` = 1, needs :func:`wgmma_has_stream_k`): stream-k over that many blocks (clamped to the
     work units; normally the SM count): the blocks share the (256 x 128 output tile, 64-k stage) units equally, hand
-    running sums over through ``acc`` (fp32, at least 32768 + 1 elements per block after clamping: one slot per block,
-    whose contents may be anything and are left so, then one int32 flag per block, zero before and after: pass
+    running sums over through ``acc`` (fp32, at least 1024 + 32768 x blocks elements after clamping: 1024 int32 flags,
+    zero before and after, then one slot per block, whose contents may be anything and are left as written: pass
     workspace.sk_slots, never the split-k accumulator) and write y themselves; one kernel, deterministic for a given
-    ``stream_k``. Raises RuntimeError when ``acc`` is smaller or ``split`` is not 1.
+    ``stream_k``. Raises RuntimeError when ``acc`` is smaller, ``split`` is not 1 or ``stream_k`` > 1024.
 
     Raises:
         RuntimeError when the library has no wgmma GEMM for the codebook, the device is not 9.0, or on the argument
@@ -273,11 +273,16 @@ def gemm_wgmma(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Te
                                              env.get_bool("PDL", True))
 
 
+_has_sk: bool | None = None
+
+
 def wgmma_has_stream_k() -> bool:
-    """Whether the loaded library's gemm_wgmma takes ``stream_k`` (libraries built before it do not)."""
-    if not (load() and hasattr(torch.ops.exl3_kernels, "gemm_wgmma")):
-        return False
-    return any(a.name == "stream_k" for a in torch.ops.exl3_kernels.gemm_wgmma.default._schema.arguments)
+    """Whether the loaded library's gemm_wgmma takes ``stream_k`` (libraries built before it do not); cached."""
+    global _has_sk
+    if _has_sk is None:
+        _has_sk = bool(load() and hasattr(torch.ops.exl3_kernels, "gemm_wgmma") and any(
+            a.name == "stream_k" for a in torch.ops.exl3_kernels.gemm_wgmma.default._schema.arguments))
+    return _has_sk
 
 
 def gemm_wgmma_rs(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], bias: torch.Tensor | None,

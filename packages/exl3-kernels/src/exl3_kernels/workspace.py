@@ -4,10 +4,10 @@
   into it and its epilogue re-zeroes what it touched, so no per-call memset exists. Sized by
   CUDA_EXL3_SPLITK_WORKSPACE_MB (the planner refuses split-k through it for m * n beyond it; split-k in a thread
   block cluster does not use it).
-- ``sk_slots(device, blocks)``: the stream-k wgmma GEMM's hand-over buffer (one 128 KB slot of running sums per
-  block, then one int32 flag per block; plan.sk_acc_elems). Contract: the flags are zero between ops (the kernel resets
-  them); the slots may hold anything (every slot is written before it is read in a call), which is why this is not the
-  split-k accumulator, whose contract is all zero.
+- ``sk_slots(device, blocks)``: the stream-k wgmma GEMM's hand-over buffer (1024 int32 flags, then one 128 KB slot of
+  running sums per block; plan.sk_acc_elems). Contract: the flags are zero between ops (the kernel resets them); the
+  slots may hold anything (every slot is written before it is read in a call), which is why this is not the split-k
+  accumulator, whose contract is all zero.
 - ``recon(device, numel, dtype)``: the dense-W buffer of the reconstruct path (grow-only, capped by
   CUDA_EXL3_RECON_WORKSPACE_MB; larger layers are processed in column chunks).
 

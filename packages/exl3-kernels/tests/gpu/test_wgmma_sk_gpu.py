@@ -1,7 +1,7 @@
 """The stream-k form of the Hopper wgmma GEMM (csrc/gemm_sm90/wgmma_gemm.cu, "stream-k"; gemm_wgmma(..., stream_k=G)).
 
 G blocks share the (256 x 128 output tile, 64-k stage) units; a tile's running sum passes from block to block through
-the stream-k workspace (workspace.sk_slots: 32768 fp32 per block, then one int32 flag per block), and the block holding the tile's last stage writes y. Checked here against
+the stream-k workspace (workspace.sk_slots: 1024 int32 flags, then 32768 fp32 per block), and the block holding the tile's last stage writes y. Checked here against
 the pure-torch reference and the split-1 kernel, at block counts that make a tile span one block (G = 1: every tile
 finalized by the same block, several per block), two, and three or more (small G against many stages), with partly
 empty row blocks, mixed-K shards that a block's segments cross, bias, fp16 / bf16; the accumulator and the flags
@@ -32,6 +32,8 @@ def _sk(x, trellis, suh, svh, bias, cb: int, blocks: int, dtype):
         pytest.skip("this library's gemm_wgmma has no stream_k argument")
     xh = _ops.input_transform(x, suh)
     buf = workspace.sk_slots(x.device, max(blocks, _sm()))
+    if not torch.cuda.is_current_stream_capturing():
+        buf[1024:].fill_(float("nan"))  # a slot read before this call wrote it would poison y (checked by the callers)
     y = _ops.gemm_wgmma(xh, trellis, svh, bias, cb, 1, buf, dtype, stream_k=blocks)
     if not torch.cuda.is_current_stream_capturing():  # the fixed flag region before the slots
         assert torch.count_nonzero(buf[:1024].view(torch.int32)).item() == 0, "stream-k flags not reset"
@@ -93,6 +95,53 @@ def test_sk_multishard_mixed_k(dtype):
                 assert rel_err(y[:, off:off + n], r) < TOL[dtype], (m, g, off)
                 off += n
             _acc_is_zero()
+
+
+def test_sk_segments_alternating_k():
+    """Eight 128-column shards alternating K = 2 / 4 (mcg; mul1: 2.5 / 4): block ranges that cross tiles make a block's
+    producer change K2 (the raw trellis ring's layout) between segments, where its warps meet at a named barrier;
+    several block counts, five reruns each against the reference (a race there is timing-dependent)."""
+    cb = "mcg" if _ops.wgmma_built(1) and compiled(1, 4) and compiled(1, 8) else _cb_with(5, 8)
+    k2s = [4, 8] * 4 if cb != "mul1" else [5, 8] * 4
+    trellis, suh, svh, bias = random_layer(1024, [128] * 8, k2s, seed=71, bias=True)
+    x = torch.randn(300, 1024, device="cuda", dtype=torch.bfloat16)
+    ref = reference_forward(x, trellis, suh, svh, bias, cb)
+    for g in (3, 5, 7, 11, 13, 37, _sm()):
+        for _ in range(5):
+            y = _sk(x, trellis, suh, svh, bias, CBS[cb], g, torch.bfloat16)
+            assert rel_err(y, ref) < TOL[torch.bfloat16], (g, rel_err(y, ref))
+
+
+def test_sk_back_to_back_without_host_sync():
+    """Stream-k calls with different block counts queued back to back (input transform, GEMM, ... with programmatic
+    dependent launch between them, no host synchronization), eagerly and replayed from one CUDA graph: every output
+    equals its reference, so no call consumed another's flags."""
+    if not _ops.wgmma_has_stream_k():
+        pytest.skip("this library's gemm_wgmma has no stream_k argument")
+    cb = _cb_with(8)
+    trellis, suh, svh, bias = random_layer(1024, [512, 256], [8, 8], seed=73, bias=True)
+    xs = [torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16) for m in (129, 300, 256, 40)]
+    gs = (7, _sm(), 3, 1)
+    buf = workspace.sk_slots(xs[0].device, _sm())
+
+    def calls():
+        return [_ops.gemm_wgmma(_ops.input_transform(x, suh), trellis, svh, bias, CBS[cb], 1, buf, torch.bfloat16,
+                                stream_k=g) for x, g in zip(xs, gs)]
+
+    buf[1024:].fill_(float("nan"))
+    outs = calls()  # eager, no synchronization in between
+    for x, y in zip(xs, outs):
+        assert rel_err(y, reference_forward(x, trellis, suh, svh, bias, cb)) < TOL[torch.bfloat16]
+    graph, gouts = _capture(calls)
+    for x in xs:
+        x.copy_(torch.randn_like(x))
+    buf[1024:].fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    for x, yg in zip(xs, gouts):
+        assert rel_err(yg, reference_forward(x, trellis, suh, svh, bias, cb)) < TOL[torch.bfloat16]
+    assert torch.count_nonzero(buf[:1024].view(torch.int32)).item() == 0
+    _acc_is_zero()
 
 
 def test_sk_real_shape_one_block_per_sm():

@@ -52,9 +52,10 @@ struct GemmParams {
   int64_t x_stride;
   int x_bf16;
   int stream_k;       // wgmma GEMM only: > 0 = stream-k over this many blocks (split must be 1; wgmma_gemm.cu, "stream-k"):
-                      // partial sums handed over through acc with plain stores and per-tile flags, y written by the
-                      // kernel, no epilogue kernel, deterministic for a given block count
-  int* sk_flags;      // stream_k: [output tiles] int32, all zero on entry and on exit
+                      // running sums handed over through acc (one 32768-float slot per block) with plain stores and
+                      // per-block flags, y written by the kernel, no epilogue kernel, deterministic for a block count
+  int* sk_flags;      // stream_k: [stream_k] int32, all zero on entry and on exit (a fixed region before the slots in
+                      // acc, which is then the stream-k buffer, not the split-k accumulator: ops.cpp, gemm_wgmma)
 };
 
 struct ReconstructParams {
