@@ -464,6 +464,19 @@ __device__ __forceinline__ void store_half(float (&d)[64], const GemmParams& p, 
   }
 }
 
+// The ring's mbarriers (full: the 128 producers + thread 0's expect_tx; empty: the 256 consumers), initialized by thread 0
+// and visible to the whole block after the barrier.
+__device__ __forceinline__ void init_ring(uint32_t full0, uint32_t empty0) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(full0 + 8 * i, kProducers + 1);
+      mbar_init(empty0 + 8 * i, kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+}
+
 template <int CB>
 __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const __grid_constant__ WgmmaParams wp) {
   extern __shared__ uint8_t smem_raw[];
@@ -477,14 +490,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const __grid_co
   const int ns = max(0, min(total, s_begin + sps) - s_begin);
   const uint32_t full0 = smem + kBarOff, empty0 = full0 + 8 * kStages;
 
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < kStages; ++i) {
-      mbar_init(full0 + 8 * i, kProducers + 1);
-      mbar_init(empty0 + 8 * i, kConsumers);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
+  init_ring(full0, empty0);
 
   // Role split on warpgroup boundaries; the warpgroup index goes through a shuffle so that ptxas knows it is
   // warp-uniform (with the raw threadIdx.x compare it treated the consumer path as divergent and serialized every
@@ -633,14 +639,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_sk_kernel(const __grid
   const int u0 = (int)((int64_t)b * U / G), u1 = (int)((int64_t)(b + 1) * U / G);
   const uint32_t full0 = smem + kBarOff, empty0 = full0 + 8 * kStages;
 
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < kStages; ++i) {
-      mbar_init(full0 + 8 * i, kProducers + 1);
-      mbar_init(empty0 + 8 * i, kConsumers);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
+  init_ring(full0, empty0);
 
   const int wgi = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);  // warp-uniform role (see wgmma_gemm_kernel)
   if (wgi == 0) {

@@ -56,3 +56,14 @@ def capture_graph(fn):
     with torch.cuda.graph(g):
         out = fn()
     return g, out
+
+
+def assert_shards_match(y, x, trellis, suh, svh, bias, cb: str, tol: float, ctx=()) -> None:
+    """Each shard's columns of a fused layer's output y [m, n_total] against that shard's own single-shard reference
+    (reference_forward), relative error below tol; ctx is added to the assertion message."""
+    off = 0
+    for t, su, sv in zip(trellis, suh, svh):
+        n = t.shape[1] * 16
+        r = reference_forward(x, [t], [su], [sv], None if bias is None else bias[off:off + n], cb)
+        assert rel_err(y[:, off:off + n], r) < tol, (*ctx, off, rel_err(y[:, off:off + n], r))
+        off += n
