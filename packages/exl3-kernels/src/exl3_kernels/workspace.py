@@ -11,10 +11,11 @@
 - ``recon(device, numel, dtype)``: the dense-W buffer of the reconstruct path (grow-only, capped by
   CUDA_EXL3_RECON_WORKSPACE_MB; larger layers are processed in column chunks).
 
-Both must be created before CUDA-graph capture (vLLM's profile run does that: it runs the largest batch
-eagerly first). Growing one during capture raises, because an allocation inside capture would belong to
-the graph's private pool; a reconstruct buffer outgrown later (e.g. by an lm_head computed eagerly) is kept
-alive, never freed, because graphs captured earlier still write to it. Assumption: one compute stream per
+All three must be created before CUDA-graph capture (vLLM's profile run does that: it runs the largest batch
+eagerly first, and the autotuner times every candidate, stream-k included, eagerly). Growing one during capture
+raises, because an allocation inside capture would belong to the graph's private pool; a reconstruct or stream-k
+buffer outgrown later (e.g. by an lm_head computed eagerly) is kept alive, never freed, because graphs captured
+earlier still write to it. Assumption: one compute stream per
 device uses them (vLLM's model runner).
 """
 from __future__ import annotations
