@@ -68,6 +68,14 @@ def main() -> int:
                     e = ((y.float() - ref).norm() / ref.norm()).item()
                     worst = max(worst, e)
                     print(f"gemm_wgmma m={m} stream_k={g}: rel err {e:.2e}")
+        if getattr(_ops, "wgmma_rs_usable", lambda *a: False)(x.device, cb):  # register-A (sm_90a; loads by TMA)
+            for bm in (8, 16, 32, 64, 128):
+                for split in (1, 2):
+                    y = _ops.gemm_wgmma_rs(xh, trellis, svh, bias, cb, bm, split, workspace.splitk_acc(x.device),
+                                           torch.bfloat16)
+                    e = ((y.float() - ref).norm() / ref.norm()).item()
+                    worst = max(worst, e)
+                    print(f"gemm_wgmma_rs m={m} bm={bm} split={split}: rel err {e:.2e}")
         w = _ops.reconstruct(trellis, suh, svh, cb, dtype=torch.bfloat16)
         e = (((x @ w).float() + bias - ref).norm() / ref.norm()).item()
         print(f"reconstruct m={m}: rel err {e:.2e}")

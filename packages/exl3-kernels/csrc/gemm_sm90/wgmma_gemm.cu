@@ -101,6 +101,7 @@
 #include "exl3/sm90.cuh"
 #include "exl3/static_for.cuh"
 #include "exl3/store.cuh"
+#include "exl3/tensor_map.h"
 #include "exl3/trellis.cuh"
 
 // Codebooks compiled into this TU, bit cb (setup.py: all three, or the CI set of the reduced build).
@@ -112,10 +113,6 @@
 // -DEXL3_WGMMA_DECODE_AHEAD=0 with its own build_ext -t directory).
 #ifndef EXL3_WGMMA_DECODE_AHEAD
 #define EXL3_WGMMA_DECODE_AHEAD 1
-#endif
-// Bound of every mbarrier wait in ns; 0 = unbounded.
-#ifndef EXL3_WGMMA_WAIT_TIMEOUT_NS
-#define EXL3_WGMMA_WAIT_TIMEOUT_NS 60000000000ull
 #endif
 
 namespace exl3 {
@@ -163,29 +160,6 @@ __device__ __forceinline__ void cp_commit_m() { asm volatile("cp.async.commit_gr
 template <int N>
 __device__ __forceinline__ void cp_wait_m() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-// 3-d tile (c0 = k element, c1 = row, c2 = shard) of the tensor map into shared memory at dst, completion as
-// transaction bytes on the mbarrier. No cluster launch: the CTA's shared::cta address is a valid shared::cluster one.
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* tmap, int c0, int c1, int c2, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-      "[%5];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
-// try_wait suspends in hardware for a while, so a working pipeline passes in a few iterations.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  if (mbar_try_wait(bar, parity)) return;
-#if EXL3_WGMMA_WAIT_TIMEOUT_NS > 0
-  const unsigned long long t0 = globaltimer();
-  for (uint32_t it = 1;; ++it) {
-    if (mbar_try_wait(bar, parity)) return;
-    if ((it & 63) == 0 && globaltimer() - t0 > EXL3_WGMMA_WAIT_TIMEOUT_NS) __trap();
-  }
-#else
-  while (!mbar_try_wait(bar, parity)) {
-  }
-#endif
-}
 
 
 // ------------------------------------------------------------------ producer (warpgroup 0)
@@ -726,43 +700,6 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_sk_kernel(const __grid
 }
 
 // ------------------------------------------------------------------ host
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeTiledFn encode_fn() {
-  static const EncodeTiledFn fn = []() -> EncodeTiledFn {  // thread-safe static init, once per process
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      return nullptr;
-    }
-    return reinterpret_cast<EncodeTiledFn>(f);
-  }();
-  return fn;
-}
-
-// Tensor map of xh [S, m, k] fp16 (shard s at xh + s m k, as ops.cpp lays it out): dim 0 = k (contiguous), 1 = m,
-// 2 = S; box 64 x 256 x 1 = one A stage (64 fp16 = 128 bytes = one 128-byte swizzle row, the SWIZZLE_128B limit for the
-// inner box dimension). Rows >= m of a shard are out of bounds in dim 1 and zero-filled (OOB fill NONE = zeros).
-cudaError_t encode_xh_map(CUtensorMap* map, const GemmParams& p) {
-  const EncodeTiledFn encode = encode_fn();
-  if (encode == nullptr) return cudaErrorNotSupported;
-  const uint16_t* base = p.shard[0].xh;
-  for (int i = 1; i < p.num_shards; ++i)
-    if (p.shard[i].xh != base + (int64_t)i * p.m * p.k) return cudaErrorInvalidValue;
-  const cuuint64_t dims[3] = {(cuuint64_t)p.k, (cuuint64_t)p.m, (cuuint64_t)p.num_shards};
-  const cuuint64_t strides[2] = {(cuuint64_t)p.k * 2, (cuuint64_t)p.m * p.k * 2};  // bytes, multiples of 16
-  const cuuint32_t box[3] = {(cuuint32_t)kBK, (cuuint32_t)kBM, 1};
-  const cuuint32_t estr[3] = {1, 1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, const_cast<uint16_t*>(base), dims, strides, box,
-                            estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
-}
-
 template <int CB>
 cudaError_t launch_cb(const WgmmaParams& wp, cudaStream_t stream) {
   const GemmParams& p = wp.g;
@@ -802,7 +739,7 @@ cudaError_t launch_gemm_wgmma(const GemmParams& p, int codebook, cudaStream_t st
     return cudaErrorInvalidValue;  // stream-k: the decode-ahead producer (g0 > 0 segments), acc and flags
   wg::WgmmaParams wp{};
   wp.g = p;
-  cudaError_t e = wg::encode_xh_map(&wp.tmap_a, p);
+  cudaError_t e = encode_xh_map(&wp.tmap_a, p, wg::kBM);
   if (e != cudaSuccess) return e;
   e = cudaErrorInvalidValue;
 #if EXL3_WGMMA_CB_MASK & 1

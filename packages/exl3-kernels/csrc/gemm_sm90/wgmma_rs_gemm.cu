@@ -22,18 +22,23 @@
 // block's k range: rows 16 w .. 16 w + 15 of its warpgroup's m64 A operand. Grid (column blocks of one K run, ceil(m / BM),
 // split).
 //
-// Shared memory per stage (a kStages ring; every thread of the block issues cp.async for both parts):
+// Shared memory per stage (a kStages ring), both parts copied by the bulk-copy (TMA) unit on one full[] mbarrier per
+// slot, issued by one thread per stage (sixteenth session; before, every thread of the block issued 16-byte cp.async
+// copies, see "Loads by TMA" below):
 //   x:       BM rows x 128 bytes (64 fp16 of k), 128-byte swizzle: chunk c (8 k) of row r at r * 128 + ((c ^ (r & 7)) << 4),
 //            1024-aligned: the canonical K-major SW128 operand layout (descriptor start = stage + 32 kk for the k16
-//            step kk, SBO 1024, LBO unused; the B operand of the prototype, and of wgmma_gemm.cu with N = 128). cp.async
-//            writes: the 8 threads of a row cover its 8 chunks (a permutation), a warp writes 4 whole rows = 512 contiguous
-//            bytes: conflict-free. Rows >= m are zero-filled (src-size 0); they only reach columns of D that are dropped.
-//   trellis: 4 tile rows x 8 tiles x 16 K2 bytes, each tile row copied verbatim (its 8 tiles are contiguous in global
-//            memory). Lane t reads the 3 words of its window (trellis.cuh LaneWindow): at K = 4 word t - 1 (mod 32) of
-//            the tile, 32 distinct banks; at K = 8 words 2t - 1.. (2-way); at K <= 2 lanes share words (broadcast).
+//            step kk, SBO 1024, LBO unused; the B operand of the prototype, and of wgmma_gemm.cu with N = 128). Written
+//            by one cp.async.bulk.tensor of the 3-d tensor map over xh [S, m, k] (exl3/tensor_map.h, box 64 x BM x 1,
+//            CU_TENSOR_MAP_SWIZZLE_128B, which writes exactly this layout into a 1024-aligned slot). Rows >= m are
+//            zero-filled by the hardware (out of bounds in dim 1); they only reach columns of D that are dropped.
+//   trellis: 4 tile rows x 8 tiles x 16 K2 bytes, each tile row copied verbatim by one cp.async.bulk (its 8 tiles are
+//            contiguous in global memory: 128 K2 bytes, a multiple of 16). Lane t reads the 3 words of its window
+//            (trellis.cuh LaneWindow): at K = 4 word t - 1 (mod 32) of the tile, 32 distinct banks; at K = 8 words
+//            2t - 1.. (2-way); at K <= 2 lanes share words (broadcast).
+//   full[4]: one mbarrier per slot after the two rings (count 1: the issuing thread's arrive.expect_tx of the stage's
+//            BM * 128 + 512 K2 bytes).
 //
-// Pipeline (one __syncthreads per stage). Before stage s the block has committed cp.async groups for stages up to
-// s + kStages - 3. Stage s:
+// Pipeline (one __syncthreads per stage). Before stage s the copies of stages up to s + kStages - 3 are issued. Stage s:
 //   1. wgmma.wait_group 1 (0 on the first stage of each 4-stage iteration, see below): this warpgroup's wgmmas of
 //      stages <= s - 2 are complete; every A register of the stage-(s - 2) group is then read once, in the same asm
 //      statement as the wait (XORed into a word stored only under an impossible condition: wgmma_wait_keep). That
@@ -41,9 +46,14 @@
 //      ptxas gives HGMMA no read scoreboard and, with no later use, reused the A registers of in-flight wgmmas as
 //      scratch right after issue; every BM >= 64 check of the prototype then failed on the H200 (its W = 0), and
 //      passed with this read (W = 2) or with a wait_group 0 after every group (W = 1).
-//   2. cp.async.wait_group (kStages - 3), fence.proxy.async.shared::cta (cp.async writes -> the async proxy that wgmma
-//      reads through), __syncthreads: stage s landed for every thread, and both warpgroups' wgmmas of s - 2 are done.
-//   3. cp.async of stage s + kStages - 2 into slot (s - 2) % kStages, commit (empty groups too).
+//   2. every thread waits on full[s % 4] (parity (s / 4) & 1): stage s landed (the mbarrier's phase completion makes the
+//      bulk copies' writes visible to the waiting threads, and orders them before the wgmmas that read x through the
+//      async proxy); __syncthreads: both warpgroups' wgmmas of s - 2 are done and every warp has read its trellis
+//      words of s - 2, so slot (s - 2) % kStages is free.
+//   3. lane 0 of warp s % 4 issues the copies of stage s + kStages - 2 into that slot: arrive.expect_tx on its full[],
+//      one tensor copy (x) and four bulk copies (trellis). Generic-proxy reads of the slot (the LDS of step 4) before
+//      async-proxy writes into it need no proxy fence: the __syncthreads orders them (as CUTLASS's TMA pipelines
+//      order a consumer's release before the producer's next copy into the slot with an mbarrier only).
 //   4. decode stage s from shared memory into a[s & 1] while the wgmmas of s - 1 run.
 //   5. the 4 descriptors, then wgmma.fence, 4 wgmmas (k16 steps), commit. A descriptor computed between the wgmmas of a
 //      group, and a wait_group 1 at the head of the runtime loop, made ptxas serialize every wgmma (C7513: it proves the
@@ -54,11 +64,17 @@
 // epilogue comment at the end of the kernel).
 //
 // PDL: the block issues the trellis copies of its first stages, then griddepcontrol.wait (the input transform before it
-// writes xh), then the x copies; the prologue is one commit group plus empty ones so the count stays uniform. After the
+// writes xh), then the x copies. After the
 // k loop, griddepcontrol.launch_dependents lets the next kernel launch (fourteenth session; before, it launched at this
 // grid's completion): the split-k epilogue, or with mixed K the next K run's grid (see the comment at the trigger).
 // K: one kernel per (codebook, K2, BM); a fused layer with mixed K is one launch per run of shards of equal K
 // (launch_cb), each over its own column blocks.
+// Loads by TMA (sixteenth session): with 16-byte cp.async every thread spent ~30 of the ~215 SASS instructions of a stage
+// (mcg K = 4 BM 8: address arithmetic and guards, LDGSTS, LDGDEPBAR / DEPBAR, the fence, and ~10 never-executed
+// `@!PT LDS RZ, [RZ]` that ptxas pads cp.async with), in a kernel that is issue-bound at m <= 64 (docs/hopper-gemm.md,
+// "Thirteenth session" / "Fourteenth session"); one thread's five bulk copies per stage replace them, and the copy
+// addressing registers (hoisted at BM 8 / 16 / 64, recomputed per stage at BM 32 / 128 because hoisting spilled there)
+// are gone. Measured in docs/hopper-gemm.md, "Register-A loads by TMA".
 // This translation unit is compiled for sm_90a only (setup.py, with wgmma_gemm.cu); without 9.0 in the arch list
 // wgmma_stub.cpp stands in (gemm_wgmma_rs_built() = false).
 #include <cuda_fp16.h>
@@ -75,12 +91,24 @@
 #include "exl3/pdl.cuh"
 #include "exl3/sm90.cuh"
 #include "exl3/static_for.cuh"
+#include "exl3/tensor_map.h"
 #include "exl3/trellis.cuh"
 #include "exl3/wgmma_rs.cuh"
 
 // Codebooks compiled into this TU, bit cb (setup.py passes the same mask as for wgmma_gemm.cu).
 #ifndef EXL3_WGMMA_CB_MASK
 #define EXL3_WGMMA_CB_MASK 0x7
+#endif
+
+// Copy mode per BM tier, bit log2(BM) - 3 (BM 8 = bit 0 .. BM 128 = bit 4) of each mask: x (EXL3_RS_TMA_X_MASK) and
+// the trellis (EXL3_RS_TMA_T_MASK) by the bulk-copy unit (one thread per stage), else by 16-byte cp.async from every
+// thread (hoisted addressing; BM <= 64 only, so BM 128 always uses the bulk copies). Defaults from the sixteenth
+// session's measurements (docs/hopper-gemm.md, "Register-A loads by TMA").
+#ifndef EXL3_RS_TMA_X_MASK
+#define EXL3_RS_TMA_X_MASK 0x14  // BM 32, 128
+#endif
+#ifndef EXL3_RS_TMA_T_MASK
+#define EXL3_RS_TMA_T_MASK 0x10  // BM 128
 #endif
 
 namespace exl3 {
@@ -104,10 +132,21 @@ struct Cfg {
   static constexpr int kMinBlocks = BM <= 32 ? 3 : 2;
 };
 __host__ __device__ constexpr int t_stage_bytes(int K2) { return 4 * 8 * 16 * K2; }
+// byte offset of the full[] mbarriers (after the x and trellis rings)
+template <int BM>
+__host__ __device__ constexpr int bar_offset(int K2) {
+  return Cfg<BM>::kStages * (Cfg<BM>::kXStage + t_stage_bytes(K2));
+}
 template <int BM>
 __host__ __device__ constexpr int smem_bytes(int K2) {
-  return Cfg<BM>::kStages * (Cfg<BM>::kXStage + t_stage_bytes(K2)) + 1024;  // + 1024: alignment of the x ring
+  return bar_offset<BM>(K2) + 8 * Cfg<BM>::kStages + 1024;  // + 1024: alignment of the x ring
 }
+// Kernel parameters: the tensor map (64-byte aligned, first) of xh, the op's parameters, the first column block.
+struct RsParams {
+  CUtensorMap tmap_x;  // xh [S, m, k] fp16: dims (k, m, S), box (64, BM, 1), 128-byte swizzle (exl3/tensor_map.h)
+  GemmParams g;
+  int nb0;
+};
 static_assert(smem_bytes<128>(16) <= 227 * 1024, "sm_90 opt-in shared memory per block");
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
@@ -122,6 +161,16 @@ __device__ __forceinline__ void cp_async16_at(uint32_t dst, const void* src, int
   asm volatile("cp.async.cg.shared.global [%0+%1], [%2], 16, %3;\n" ::"r"(dst), "n"(kOff), "l"(src), "r"(src_bytes)
                : "memory");
 }
+template <int BM>
+constexpr int bm_bit() { return BM == 8 ? 0 : BM == 16 ? 1 : BM == 32 ? 2 : BM == 64 ? 3 : 4; }
+template <int BM>
+struct CopyMode {
+  static constexpr bool kX = BM == 128 || ((EXL3_RS_TMA_X_MASK >> bm_bit<BM>()) & 1);  // x by TMA
+  static constexpr bool kT = BM == 128 || ((EXL3_RS_TMA_T_MASK >> bm_bit<BM>()) & 1);  // trellis by bulk copies
+  static constexpr bool kAnyBulk = kX || kT, kAnyCp = !kX || !kT;
+};
+// A 32-bit shared load with a compile-time byte offset added to the shared-memory address (an immediate of the
+// instruction).
 template <int kOff>
 __device__ __forceinline__ uint32_t lds32_at(uint32_t addr) {
   uint32_t v;
@@ -159,45 +208,59 @@ __device__ __forceinline__ void wgmma_wait_keep(uint32_t& keep, const uint32_t (
 // kernel alone; the host launches one grid per run of shards with equal K (launch_cb).
 template <int CB, int K2, int BM>
 __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
-    wgmma_rs_kernel(const __grid_constant__ GemmParams p, const int nb0) {
+    wgmma_rs_kernel(const __grid_constant__ RsParams rp) {
   using C = Cfg<BM>;
+  const GemmParams& p = rp.g;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t sbase = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
-  const uint32_t xs0 = sbase, ts0 = sbase + C::kStages * C::kXStage;
+  const uint32_t xs0 = sbase, ts0 = sbase + C::kStages * C::kXStage, full0 = sbase + bar_offset<BM>(K2);
   constexpr int S = C::kStages;
   constexpr int kTileBytes = 16 * K2;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
   const int g = lane >> 2, q = lane & 3;
-  const int col0 = (nb0 + blockIdx.x) * kBN, m0 = blockIdx.y * BM;
-  const GemmShard& sh = p.shard[shard_of(p.shard, p.num_shards, col0)];
+  const int col0 = (rp.nb0 + blockIdx.x) * kBN, m0 = blockIdx.y * BM;
+  const int shard = shard_of(p.shard, p.num_shards, col0);
+  const GemmShard& sh = p.shard[shard];
   const int sps = p.k16_per_split / 4;  // 64-k stages per split (k16_per_split is a multiple of 4)
   const int s_begin = blockIdx.z * sps;
   const int ns = min(sps, p.k / kBK - s_begin);
   if (ns <= 0) return;  // an empty last split (k16_per_split rounding): nothing to add
   const int tn0 = (col0 - sh.col_offset) / 16, ntiles = sh.n / 16;
-  const uint16_t* xh = sh.xh;
 
-  // cp.async addressing. The ring slot of each body is a compile-time constant because the loop runs 4 = kStages stages
-  // per iteration from stage 0 (slot = J); the hoisted tiers use it as immediate offsets. At BM 8, 16 and 64 the copies'
-  // addresses are hoisted out of the k loop: per thread a byte offset from a running source pointer (xp, tp: the next
-  // stage to load, advanced by one stage per load) and a shared-memory offset, instead of the 64-bit addresses
-  // recomputed from (row, k) in every stage, which took ~25 of the ~238 SASS instructions of a stage at BM 64, K = 4
-  // (thirteenth session, docs/hopper-gemm.md "Register-A wgmma"). At BM 32 (80 registers for 3 blocks per SM) and BM
-  // 128 (64 accumulators) the hoisted registers made ptxas spill in the k loop (16-72 bytes, K = 1..8), so those tiers
-  // keep the per-stage form with a runtime slot (their spills still moved with the changed body, docs/hopper-gemm.md).
+  // The ring slot of each body is a compile-time constant because the loop runs 4 = kStages stages per iteration from
+  // stage 0 (slot = J): immediate offsets of the trellis loads and the descriptors. Every tier keeps its window-word
+  // addresses and descriptor in registers since the loads by TMA freed the copy addressing (BM 32 and 128 recomputed
+  // them per stage before, because hoisting spilled there: 16-72 bytes; now 0 at every tier, K and codebook).
   static_assert(C::kStages == 4, "slot = stage mod 4 = the index of the body in the loop unrolled by 4");
-  constexpr bool kHoist = BM == 8 || BM == 16 || BM == 64;
-  // the 32-bit offsets below rest on the op's bounds (ops.cpp: k <= 2^24, n <= 2^24 per shard) and on BM <= 64
-  static_assert(!kHoist || BM <= 64, "x offsets of up to 63 rows of 2k bytes in 32 bits");
+  using M = CopyMode<BM>;
+  // Bulk copies of stage s (issued by one thread): tile row tr of the trellis starts at tp + (4 s + tr) t_row (bytes).
+  constexpr uint32_t kTRowBytes = 8 * kTileBytes;                          // one tile row's 8 tiles: 128 K2 bytes
+  constexpr uint32_t kStageTx = (M::kX ? C::kXStage : 0) + (M::kT ? 4 * kTRowBytes : 0);  // x box (zero fill included)
+  const char* tp = reinterpret_cast<const char*>(sh.trellis + (static_cast<int64_t>(4 * s_begin) * ntiles + tn0) * (4 * K2));
+  const int64_t t_row = static_cast<int64_t>(ntiles) * kTileBytes;        // bytes per tile row of the shard
+  auto issue_t = [&](int slot, int s) {
+    const char* src = tp + 4 * t_row * s;
+    const uint32_t dst = ts0 + slot * t_stage_bytes(K2), bar = full0 + 8 * slot;
+#pragma unroll
+    for (int tr = 0; tr < 4; ++tr) bulk_load(dst + tr * kTRowBytes, src + tr * t_row, kTRowBytes, bar);
+  };
+  auto issue_x = [&](int slot, int s) {
+    tma_load_3d(xs0 + slot * C::kXStage, &rp.tmap_x, (s_begin + s) * kBK, m0, shard, full0 + 8 * slot);
+  };
+  // cp.async copies (every thread; the sk7 form, 2c05868): per thread a byte offset from a running source pointer (xp,
+  // tcp: the next stage to load, advanced by one stage per load) and a shared-memory offset.
+  static_assert(!M::kAnyCp || BM <= 64, "x offsets of up to 63 rows of 2k bytes in 32 bits (ops.cpp: k <= 2^24)");
   // x: chunk i = tid + 256 j of a stage is row (tid >> 3) + 32 j, 16-byte chunk tid & 7 (the same for every j, so the
-  // swizzled shared offset of copy j is that of copy 0 plus 32 rows = 4096 bytes per j). Rows >= m copy nothing (src-size
-  // 0, zero fill) from row m0.
+  // swizzled shared offset of copy j is that of copy 0 plus 32 rows = 4096 bytes per j). Rows >= m copy nothing
+  // (src-size 0, zero fill) from row m0. cp.async writes: the 8 threads of a row cover its 8 chunks (a permutation), a
+  // warp writes 4 whole rows = 512 contiguous bytes: conflict-free.
   constexpr int kXChunks = BM * 8, kXIters = (kXChunks + kThreads - 1) / kThreads;
   const int xr = tid >> 3, xc = tid & 7;
-  const char* xp = reinterpret_cast<const char*>(xh + static_cast<int64_t>(m0) * p.k + static_cast<int64_t>(s_begin) * kBK);
+  const char* xp =
+      reinterpret_cast<const char*>(sh.xh + static_cast<int64_t>(m0) * p.k + static_cast<int64_t>(s_begin) * kBK);
   int32_t xoff[kXIters] = {};  // bytes from xp (< 2^31: 63 rows x 2k bytes with k <= 2^24)
   int xbytes[kXIters] = {};
-  if constexpr (kHoist) {
+  if constexpr (!M::kX) {
 #pragma unroll
     for (int j = 0; j < kXIters; ++j) {
       const bool in = m0 + xr + 32 * j < p.m;
@@ -205,14 +268,13 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
       xbytes[j] = in ? 16 : 0;
     }
   }
-  const uint32_t xd = kHoist ? xs0 + xr * 128 + ((xc ^ (xr & 7)) << 4) : 0u;
+  const uint32_t xd = xs0 + xr * 128 + ((xc ^ (xr & 7)) << 4);
   // trellis: chunk i = tid + 256 j of a stage is tile row i / (8 K2), 16-byte chunk i % (8 K2) of that row's 8 tiles
   constexpr int kTRowChunks = 8 * K2, kTChunks = 4 * kTRowChunks, kTIters = (kTChunks + kThreads - 1) / kThreads;
-  const char* tp = reinterpret_cast<const char*>(sh.trellis + (static_cast<int64_t>(4 * s_begin) * ntiles + tn0) * (4 * K2));
-  const int64_t t_stride = static_cast<int64_t>(4 * ntiles) * (16 * K2);  // bytes per stage: 4 tile rows of the shard
+  const char* tcp = tp;
   int32_t toff[kTIters] = {};
   uint32_t td[kTIters] = {};
-  if constexpr (kHoist) {
+  if constexpr (!M::kT) {
 #pragma unroll
     for (int j = 0; j < kTIters; ++j) {
       const int i = tid + j * kThreads;
@@ -220,38 +282,32 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
       td[j] = ts0 + (i / kTRowChunks) * (8 * kTileBytes) + 16 * (i % kTRowChunks);
     }
   }
-  auto load_x = [&](auto slot_c, int s) {
-    [[maybe_unused]] constexpr int kSlot = decltype(slot_c)::value;
+  auto load_x = [&](auto slot_c) {
+    constexpr int kSlot = decltype(slot_c)::value;
     static_for<kXIters>([&](auto jc) {
       constexpr int j = decltype(jc)::value;
       if (kXChunks % kThreads != 0 && tid + j * kThreads >= kXChunks) return;
-      if constexpr (kHoist) {
-        cp_async16_at<kSlot * C::kXStage + 4096 * j>(xd, xp + xoff[j], xbytes[j]);
-      } else {
-        const int r = xr + 32 * j, row = m0 + r;
-        const bool in = row < p.m;
-        const uint16_t* src = xh + static_cast<int64_t>(in ? row : 0) * p.k + (s_begin + s) * kBK + xc * 8;
-        cp_async16_at<0>(xs0 + (s % S) * C::kXStage + r * 128 + ((xc ^ (r & 7)) << 4), src, in ? 16 : 0);
-      }
+      cp_async16_at<kSlot * C::kXStage + 4096 * j>(xd, xp + xoff[j], xbytes[j]);
     });
-    if constexpr (kHoist) xp += kBK * 2;
+    xp += kBK * 2;
   };
-  auto load_t = [&](auto slot_c, int s) {
-    [[maybe_unused]] constexpr int kSlot = decltype(slot_c)::value;
+  auto load_t = [&](auto slot_c) {
+    constexpr int kSlot = decltype(slot_c)::value;
     static_for<kTIters>([&](auto jc) {
       constexpr int j = decltype(jc)::value;
       if (kTChunks % kThreads != 0 && tid + j * kThreads >= kTChunks) return;
-      if constexpr (kHoist) {
-        cp_async16_at<kSlot * t_stage_bytes(K2)>(td[j], tp + toff[j], 16);
-      } else {
-        const int i = tid + j * kThreads, tr = i / kTRowChunks, c = i % kTRowChunks;
-        const uint32_t* src =
-            sh.trellis + (static_cast<int64_t>(4 * (s_begin + s) + tr) * ntiles + tn0) * (4 * K2) + 4 * c;
-        cp_async16_at<0>(ts0 + (s % S) * t_stage_bytes(K2) + tr * (8 * kTileBytes) + 16 * c, src, 16);
-      }
+      cp_async16_at<kSlot * t_stage_bytes(K2)>(td[j], tcp + toff[j], 16);
     });
-    if constexpr (kHoist) tp += t_stride;
+    tcp += 4 * t_row;
   };
+  if constexpr (M::kAnyBulk) {
+    if (tid == 0) {
+#pragma unroll
+      for (int i = 0; i < S; ++i) mbar_init(full0 + 8 * i, 1);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the async proxy (the copies)
+    }
+    __syncthreads();
+  }
 
   float acc[BM / 2];
 #pragma unroll
@@ -264,53 +320,74 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
   const DecodeConsts dk = DecodeConsts::make();
   const int tcol = 4 * wg + w;
   // shared addresses of this lane's three window words in slot 0, tile row 0 (slot and tile row add immediates)
-  const uint32_t wa0 = kHoist ? ts0 + tcol * kTileBytes + lw.off[0] : 0u,
-                 wa1 = kHoist ? ts0 + tcol * kTileBytes + lw.off[1] : 0u,
-                 wa2 = kHoist ? ts0 + tcol * kTileBytes + lw.off[2] : 0u;
+  const uint32_t wa0 = ts0 + tcol * kTileBytes + lw.off[0], wa1 = ts0 + tcol * kTileBytes + lw.off[1],
+                 wa2 = ts0 + tcol * kTileBytes + lw.off[2];
   // descriptor of slot 0, k16 step 0: + (slot bytes >> 4) for the slot and + 2 per step (its start address field)
-  const uint64_t desc0 = kHoist ? desc_sw128(xs0) : 0ull;
+  const uint64_t desc0 = desc_sw128(xs0);
 
-  // Prologue: trellis of stages 0 .. S - 3 before the PDL wait (it does not depend on the kernel before), x after it.
-  static_for<S - 2>([&](auto ic) {
-    constexpr int I = decltype(ic)::value;
-    if (I < ns) load_t(ic, I);
-  });
-  pdl_wait();
-  static_for<S - 2>([&](auto ic) {
-    constexpr int I = decltype(ic)::value;
-    if (I < ns) load_x(ic, I);
-  });
-  cp_async_commit();
+  // Prologue: the trellis of stages 0 .. S - 3 before the PDL wait (it does not depend on the kernel before), x after it.
+  // Every thread waits (pdl_wait): the epilogue's red.add into p.acc must follow the previous op's re-zeroing.
+  if (M::kAnyBulk && tid == 0) {
 #pragma unroll
-  for (int i = 1; i < S - 2; ++i) cp_async_commit();  // empty: one group per prologue stage for the count
+    for (int i = 0; i < S - 2; ++i)
+      if (i < ns) {
+        mbar_arrive_expect_tx(full0 + 8 * i, kStageTx);
+        if constexpr (M::kT) issue_t(i, i);
+      }
+  }
+  if constexpr (!M::kT) {
+    static_for<S - 2>([&](auto ic) {
+      constexpr int I = decltype(ic)::value;
+      if (I < ns) load_t(ic);
+    });
+  }
+  pdl_wait();
+  if (M::kX && tid == 0) {
+#pragma unroll
+    for (int i = 0; i < S - 2; ++i)
+      if (i < ns) issue_x(i, i);
+  }
+  if constexpr (!M::kX) {
+    static_for<S - 2>([&](auto ic) {
+      constexpr int I = decltype(ic)::value;
+      if (I < ns) load_x(ic);
+    });
+  }
+  if constexpr (M::kAnyCp) {
+    cp_async_commit();
+#pragma unroll
+    for (int i = 1; i < S - 2; ++i) cp_async_commit();  // empty: one group per prologue stage for the count
+  }
 
   auto body = [&](int s, auto jc) {
     constexpr int J = decltype(jc)::value, P = J & 1;
     // a[P] was last read by the wgmmas of stage s - 2, retired by this wait
     if constexpr (J == 0) wgmma_wait_keep<0>(keep, a[P]);
     else wgmma_wait_keep<1>(keep, a[P]);
-    cp_async_wait<S - 3>();
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
     constexpr int kSlot = J;  // s % S (s = 4 iterations + J)
-    if (s + S - 2 < ns) {
-      load_t(std::integral_constant<int, (J + S - 2) % S>{}, s + S - 2);
-      load_x(std::integral_constant<int, (J + S - 2) % S>{}, s + S - 2);
+    constexpr int kNext = (J + S - 2) % S;
+    if constexpr (M::kAnyCp) cp_async_wait<S - 3>();
+    if constexpr (!M::kX) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async x -> wgmma
+    if constexpr (M::kAnyBulk) mbar_wait(full0 + 8 * kSlot, (s >> 2) & 1);
+    __syncthreads();
+    if (M::kAnyBulk && tid == 32 * J && s + S - 2 < ns) {  // lane 0 of warp J: spreads the issue over warps 0..3
+      mbar_arrive_expect_tx(full0 + 8 * kNext, kStageTx);
+      if constexpr (M::kT) issue_t(kNext, s + S - 2);
+      if constexpr (M::kX) issue_x(kNext, s + S - 2);
     }
-    cp_async_commit();
+    if constexpr (M::kAnyCp) {
+      if (s + S - 2 < ns) {
+        if constexpr (!M::kT) load_t(std::integral_constant<int, kNext>{});
+        if constexpr (!M::kX) load_x(std::integral_constant<int, kNext>{});
+      }
+      cp_async_commit();
+    }
     uint32_t wr[4][3];
     static_for<4>([&](auto kc) {
       constexpr int kk = decltype(kc)::value, kOff = kSlot * t_stage_bytes(K2) + kk * 8 * kTileBytes;
-      if constexpr (kHoist) {
-        wr[kk][0] = lds32_at<kOff>(wa0);
-        wr[kk][1] = lds32_at<kOff>(wa1);
-        wr[kk][2] = TrellisBits<K2>::kUsesWord2 ? lds32_at<kOff>(wa2) : 0u;
-      } else {  // BM 32 / 128: the three addresses kept in registers made ptxas spill there
-        const uint32_t t = ts0 + (s % S) * t_stage_bytes(K2) + kk * 8 * kTileBytes + tcol * kTileBytes;
-        wr[kk][0] = lds32_at<0>(t + lw.off[0]);
-        wr[kk][1] = lds32_at<0>(t + lw.off[1]);
-        wr[kk][2] = TrellisBits<K2>::kUsesWord2 ? lds32_at<0>(t + lw.off[2]) : 0u;
-      }
+      wr[kk][0] = lds32_at<kOff>(wa0);
+      wr[kk][1] = lds32_at<kOff>(wa1);
+      wr[kk][2] = TrellisBits<K2>::kUsesWord2 ? lds32_at<kOff>(wa2) : 0u;
     });
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -324,8 +401,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
     uint64_t db[4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      if constexpr (kHoist) db[kk] = desc0 + ((kSlot * C::kXStage) >> 4) + 2 * kk;  // + 32 bytes per k16 step
-      else db[kk] = desc_sw128(xs0 + (s % S) * C::kXStage) + 2 * kk;
+      db[kk] = desc0 + ((kSlot * C::kXStage) >> 4) + 2 * kk;  // + 32 bytes per k16 step
       asm volatile("" : "+l"(db[kk])::"memory");
       fence_regs(a[P][kk]);
     }
@@ -366,8 +442,8 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
   // idle once every wgmma has completed and every copy has landed (the waits and the barrier below).
   constexpr int kTRow = 132;
   static_assert(kTRow * 4 * BM <= S * (C::kXStage + t_stage_bytes(K2)), "T fits the pipeline's shared memory");
-  cp_async_wait<0>();
-  __syncthreads();
+  if constexpr (M::kAnyCp) cp_async_wait<0>();
+  __syncthreads();  // every copy landed (each issued bulk stage's full[] was waited on) and every wgmma completed
   {
     const uint32_t t0 = xs0 + 4u * ((2 * q) * kTRow + 64 * wg + 16 * w + g);
 #pragma unroll
@@ -403,7 +479,8 @@ inline int current_sm_count(int dev) {
 }
 
 template <int CB, int K2, int BM>
-cudaError_t launch_k2_bm(const GemmParams& p, int nb0, int nblocks, cudaStream_t stream) {
+cudaError_t launch_k2_bm(const RsParams& rp, int nblocks, cudaStream_t stream) {
+  const GemmParams& p = rp.g;
   static std::atomic<unsigned> attr_set_mask{0};  // per device: the dynamic shared memory opt-in of this instance
   int dev = 0;
   cudaGetDevice(&dev);
@@ -419,38 +496,39 @@ cudaError_t launch_k2_bm(const GemmParams& p, int nb0, int nblocks, cudaStream_t
   // per-K grids can be smaller than the SM count where the layer's is not.
   const bool pdl = p.pdl != 0 && image_pdl &&
                    static_cast<int64_t>(grid.x) * grid.y * grid.z >= current_sm_count(dev);
-  return launch_maybe_pdl(wgmma_rs_kernel<CB, K2, BM>, grid, dim3(kThreads), smem_bytes<BM>(K2), stream, pdl, p, nb0);
+  return launch_maybe_pdl(wgmma_rs_kernel<CB, K2, BM>, grid, dim3(kThreads), smem_bytes<BM>(K2), stream, pdl, rp);
 }
 
 template <int CB, int K2>
-cudaError_t launch_k2(const GemmParams& p, int bm, int nb0, int nblocks, cudaStream_t stream) {
+cudaError_t launch_k2(const RsParams& rp, int bm, int nblocks, cudaStream_t stream) {
   if constexpr (!k2_built<CB, K2>()) {
     return cudaErrorInvalidValue;  // the op refuses unbuilt K before launch (ops.cpp, k2_of)
   } else {
     switch (bm) {
-      case 8: return launch_k2_bm<CB, K2, 8>(p, nb0, nblocks, stream);
-      case 16: return launch_k2_bm<CB, K2, 16>(p, nb0, nblocks, stream);
-      case 32: return launch_k2_bm<CB, K2, 32>(p, nb0, nblocks, stream);
-      case 64: return launch_k2_bm<CB, K2, 64>(p, nb0, nblocks, stream);
-      case 128: return launch_k2_bm<CB, K2, 128>(p, nb0, nblocks, stream);
+      case 8: return launch_k2_bm<CB, K2, 8>(rp, nblocks, stream);
+      case 16: return launch_k2_bm<CB, K2, 16>(rp, nblocks, stream);
+      case 32: return launch_k2_bm<CB, K2, 32>(rp, nblocks, stream);
+      case 64: return launch_k2_bm<CB, K2, 64>(rp, nblocks, stream);
+      case 128: return launch_k2_bm<CB, K2, 128>(rp, nblocks, stream);
       default: return cudaErrorInvalidValue;
     }
   }
 }
 
 // One launch per run of consecutive shards with the same K2 (one for single-shard layers and for fused layers of one
-// K; a qkv with K = 4, 5, 5 is two).
+// K; a qkv with K = 4, 5, 5 is two); rp.tmap_x is encoded, rp.nb0 is set here per run.
 template <int CB>
-cudaError_t launch_cb(const GemmParams& p, int bm, cudaStream_t stream) {
+cudaError_t launch_cb(RsParams& rp, int bm, cudaStream_t stream) {
+  const GemmParams& p = rp.g;
   for (int i = 0; i < p.num_shards;) {
     int j = i + 1;
     while (j < p.num_shards && p.shard[j].K2 == p.shard[i].K2) ++j;
-    const int nb0 = p.shard[i].col_offset / kBN;
-    const int nblocks = (p.shard[j - 1].col_offset + p.shard[j - 1].n) / kBN - nb0;
+    rp.nb0 = p.shard[i].col_offset / kBN;
+    const int nblocks = (p.shard[j - 1].col_offset + p.shard[j - 1].n) / kBN - rp.nb0;
     cudaError_t e = cudaErrorInvalidValue;
     switch (p.shard[i].K2) {
 #define EXL3_RS_K2_CASE(V) \
-  case V: e = launch_k2<CB, V>(p, bm, nb0, nblocks, stream); break;
+  case V: e = launch_k2<CB, V>(rp, bm, nblocks, stream); break;
       EXL3_RS_K2_CASE(2) EXL3_RS_K2_CASE(3) EXL3_RS_K2_CASE(4) EXL3_RS_K2_CASE(5)
       EXL3_RS_K2_CASE(6) EXL3_RS_K2_CASE(7) EXL3_RS_K2_CASE(8) EXL3_RS_K2_CASE(10)
       EXL3_RS_K2_CASE(12) EXL3_RS_K2_CASE(14) EXL3_RS_K2_CASE(16)
@@ -474,15 +552,23 @@ cudaError_t launch_gemm_wgmma_rs(const GemmParams& p, int codebook, int bm, cuda
   if (!gemm_wgmma_rs_built(codebook, bm) || p.num_shards < 1 || p.m <= 0 || p.k % rs::kBK != 0 ||
       p.n_total % rs::kBN != 0 || p.acc == nullptr || p.k16_per_split % 4 != 0)
     return cudaErrorInvalidValue;
-  cudaError_t e = cudaErrorInvalidValue;
+  // the bulk copies need 16-byte aligned trellis rows (tile rows are 64 K2-byte multiples apart; the 16-byte cp.async
+  // before them had the same requirement)
+  for (int i = 0; i < p.num_shards; ++i)
+    if (reinterpret_cast<uintptr_t>(p.shard[i].trellis) % 16 != 0) return cudaErrorInvalidValue;
+  rs::RsParams rp{};
+  rp.g = p;
+  cudaError_t e = encode_xh_map(&rp.tmap_x, p, bm);
+  if (e != cudaSuccess) return e;
+  e = cudaErrorInvalidValue;
 #if EXL3_WGMMA_CB_MASK & 1
-  if (codebook == 0) e = rs::launch_cb<0>(p, bm, stream);
+  if (codebook == 0) e = rs::launch_cb<0>(rp, bm, stream);
 #endif
 #if EXL3_WGMMA_CB_MASK & 2
-  if (codebook == 1) e = rs::launch_cb<1>(p, bm, stream);
+  if (codebook == 1) e = rs::launch_cb<1>(rp, bm, stream);
 #endif
 #if EXL3_WGMMA_CB_MASK & 4
-  if (codebook == 2) e = rs::launch_cb<2>(p, bm, stream);
+  if (codebook == 2) e = rs::launch_cb<2>(rp, bm, stream);
 #endif
   if (e == cudaSuccess) e = launch_output_transform(p, stream);  // every split: output Hadamard, svh, bias; re-zeroes acc
   if (e != cudaSuccess) {

@@ -5,6 +5,11 @@
 #pragma once
 #include <cstdint>
 
+// Bound of every mbarrier wait in ns (mbar_wait); 0 = unbounded. 60 s: long enough for compute-sanitizer and GPU sharing.
+#ifndef EXL3_WGMMA_WAIT_TIMEOUT_NS
+#define EXL3_WGMMA_WAIT_TIMEOUT_NS 60000000000ull
+#endif
+
 namespace exl3 {
 namespace sm90 {
 
@@ -43,6 +48,39 @@ __device__ __forceinline__ unsigned long long globaltimer() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+// try_wait suspends in hardware for a while, so a working pipeline passes in a few iterations; past
+// EXL3_WGMMA_WAIT_TIMEOUT_NS a protocol bug traps (an error on the stream) instead of hanging the GPU.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  if (mbar_try_wait(bar, parity)) return;
+#if EXL3_WGMMA_WAIT_TIMEOUT_NS > 0
+  const unsigned long long t0 = globaltimer();
+  for (uint32_t it = 1;; ++it) {
+    if (mbar_try_wait(bar, parity)) return;
+    if ((it & 63) == 0 && globaltimer() - t0 > EXL3_WGMMA_WAIT_TIMEOUT_NS) __trap();
+  }
+#else
+  while (!mbar_try_wait(bar, parity)) {
+  }
+#endif
+}
+// 3-d tile (c0 = k element, c1 = row, c2 = shard) of the tensor map into shared memory at dst, completion as
+// transaction bytes on the mbarrier (PTX ISA 9.7.9.25.5.1, cp.async.bulk.tensor). No cluster launch: the CTA's
+// shared::cta address is a valid shared::cluster one.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* tmap, int c0, int c1, int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+// `bytes` contiguous bytes from global src to shared dst (both 16-byte aligned, bytes a multiple of 16), completion as
+// transaction bytes on the mbarrier (PTX ISA 9.7.9.25.4.1, cp.async.bulk, non-tensor).
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
 // Matrix descriptor (PTX ISA 9.7.15.5.1.2): bits 0-13 start address >> 4, 16-29 LBO >> 4, 32-45 SBO >> 4, 49-51 base
 // offset (0: atoms 1024-aligned), 62-63 swizzle mode (1 = 128 B). Adding (bytes >> 4) moves the start address (no
 // carry out of bits 0-13: shared addresses are < 256 KB).
