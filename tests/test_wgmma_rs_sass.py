@@ -50,10 +50,10 @@ sys.path.insert(0, str(ROOT / "tools"))
 from check_wgmma_rs_sass import check  # noqa: E402
 
 
-def _sass(src: Path, tmp_path: Path, k2_mask: int) -> str:
+def _sass(src: Path, tmp_path: Path, k2_mask: int, defines: tuple[str, ...] = ()) -> str:
     cubin = tmp_path / (src.stem + ".cubin")
     subprocess.run([NVCC, "-cubin", str(src), "-o", str(cubin), "-O3", "-std=c++17", "--expt-relaxed-constexpr",
-                    f"-DEXL3_K2_MASK={k2_mask:#x}u", "-DEXL3_WGMMA_CB_MASK=0x2",
+                    *defines, f"-DEXL3_K2_MASK={k2_mask:#x}u", "-DEXL3_WGMMA_CB_MASK=0x2",
                     "-gencode=arch=compute_90a,code=sm_90a", f"-I{PKG / 'csrc' / 'include'}", f"-I{PKG / 'csrc'}"],
                    check=True, capture_output=True)
     env = dict(os.environ)  # cuobjdump -sass runs nvdisasm: take the one beside it (nvidia-cuda-nvdisasm)
@@ -63,10 +63,25 @@ def _sass(src: Path, tmp_path: Path, k2_mask: int) -> str:
 
 @needs_tools
 def test_no_write_to_the_a_registers_of_an_inflight_wgmma(tmp_path):
-    """mcg at K = 2, 4, 5 (K2 4, 8, 10), every BM tier: 15 kernels."""
-    sass = _sass(SRC, tmp_path, (1 << 4) | (1 << 8) | (1 << 10))
-    assert sass.count("Function : _ZN4exl32rs15wgmma_rs_kernel") == 15
-    assert sass.count("HGMMA") >= 15 * 8
+    """mcg at K = 2, 4, 5, 7 (K2 4, 8, 10, 14; K2 14 is an instance ptxas spills in at BM 16 / 32), every BM tier:
+    20 kernels."""
+    sass = _sass(SRC, tmp_path, (1 << 4) | (1 << 8) | (1 << 10) | (1 << 14))
+    assert sass.count("Function : _ZN4exl32rs15wgmma_rs_kernel") == 20
+    assert sass.count("HGMMA") >= 20 * 8
+    problems = check(sass)
+    assert problems == [], problems[:10]
+
+
+@needs_tools
+@pytest.mark.parametrize("x_mask,t_mask", [(0x1F, 0x1F), (0x0, 0x0)])
+def test_every_copy_mode_keeps_the_a_registers(tmp_path, x_mask, t_mask):
+    """The copy mode is chosen per BM tier at compile time (EXL3_RS_TMA_X_MASK / _T_MASK, wgmma_rs_gemm.cu; the
+    defaults mix both): every tier with every load by the bulk-copy unit, and every tier below BM 128 with cp.async
+    only, keeps the same invariant (mcg K = 4, 5 kernels each)."""
+    sass = _sass(SRC, tmp_path, 1 << 8, (f"-DEXL3_RS_TMA_X_MASK={x_mask:#x}", f"-DEXL3_RS_TMA_T_MASK={t_mask:#x}"))
+    assert sass.count("Function : _ZN4exl32rs15wgmma_rs_kernel") == 5
+    assert "UBLKCP" in sass and "UTMALDG" in sass  # BM 128 always uses the bulk-copy unit
+    assert ("LDGSTS" in sass) == (x_mask != 0x1F)  # cp.async only where a tier below BM 128 keeps it
     problems = check(sass)
     assert problems == [], problems[:10]
 

@@ -68,14 +68,20 @@ def main() -> int:
                     e = ((y.float() - ref).norm() / ref.norm()).item()
                     worst = max(worst, e)
                     print(f"gemm_wgmma m={m} stream_k={g}: rel err {e:.2e}")
-        if getattr(_ops, "wgmma_rs_usable", lambda *a: False)(x.device, cb):  # register-A (sm_90a; loads by TMA)
+        if getattr(_ops, "wgmma_rs_usable", lambda *a: False)(x.device, cb):  # register-A (sm_90a)
+            # k = 1024 (16 stages): the 4-slot ring is reused and the bulk copies' mbarrier phases flip (k = 256 would
+            # stop at 4 stages)
+            x4, t4, su4 = x.repeat(1, 4), [t.repeat(4, 1, 1) for t in trellis], [s.repeat(4) for s in suh]
+            ref4 = torch.cat([reference.linear_forward(x4, t, su, sv, name, out_dtype=torch.float32)
+                              for t, su, sv in zip(t4, su4, svh)], -1) + bias
+            xh4 = _ops.input_transform(x4, su4)
             for bm in (8, 16, 32, 64, 128):
                 for split in (1, 2):
-                    y = _ops.gemm_wgmma_rs(xh, trellis, svh, bias, cb, bm, split, workspace.splitk_acc(x.device),
+                    y = _ops.gemm_wgmma_rs(xh4, t4, svh, bias, cb, bm, split, workspace.splitk_acc(x.device),
                                            torch.bfloat16)
-                    e = ((y.float() - ref).norm() / ref.norm()).item()
+                    e = ((y.float() - ref4).norm() / ref4.norm()).item()
                     worst = max(worst, e)
-                    print(f"gemm_wgmma_rs m={m} bm={bm} split={split}: rel err {e:.2e}")
+                    print(f"gemm_wgmma_rs m={m} k=1024 bm={bm} split={split}: rel err {e:.2e}")
         w = _ops.reconstruct(trellis, suh, svh, cb, dtype=torch.bfloat16)
         e = (((x @ w).float() + bias - ref).norm() / ref.norm()).item()
         print(f"reconstruct m={m}: rel err {e:.2e}")

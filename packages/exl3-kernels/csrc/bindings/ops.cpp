@@ -356,9 +356,9 @@ Tensor gemm_wgmma_rs(const Tensor& xh, const std::vector<Tensor>& trellis, const
   exl3::GemmParams p{};
   Tensor y = gemm_setup(p, "gemm_wgmma_rs", xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, false, false);
   TORCH_CHECK(p.k % 64 == 0, "exl3_kernels.gemm_wgmma_rs: k = ", p.k, " must be a multiple of 64 (one pipeline stage)");
-  // The kernel keeps per-thread byte offsets in 32 bits (wgmma_rs_gemm.cu, kHoist): x rows up to 63 x 2k bytes, trellis
-  // tile rows tr x n x K2 bytes with tr x K2 < 64 for every chunk index a thread computes (tr <= 3 for the copies made,
-  // up to 511 / 8 K2 for a second copy it skips). k <= 2^24 and n <= 2^24 keep both below 2^31.
+  // The kernel's cp.async tiers keep per-thread byte offsets in 32 bits (wgmma_rs_gemm.cu, load_x / load_t): x rows up
+  // to 63 x 2k bytes, trellis tile rows tr x n x K2 bytes with tr x K2 < 64 for every chunk index a thread computes (tr
+  // <= 3 for the copies made, up to 511 / 8 K2 for a second copy it skips). k <= 2^24 and n <= 2^24 keep both below 2^31.
   TORCH_CHECK(p.k <= (1 << 24), "exl3_kernels.gemm_wgmma_rs: k = ", p.k, " is larger than this kernel's 16777216");
   for (int i = 0; i < p.num_shards; ++i)
     TORCH_CHECK(p.shard[i].n <= (1 << 24), "exl3_kernels.gemm_wgmma_rs: shard ", i, " has n = ", p.shard[i].n,

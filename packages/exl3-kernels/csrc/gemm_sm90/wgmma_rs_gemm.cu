@@ -22,21 +22,24 @@
 // block's k range: rows 16 w .. 16 w + 15 of its warpgroup's m64 A operand. Grid (column blocks of one K run, ceil(m / BM),
 // split).
 //
-// Shared memory per stage (a kStages ring), both parts copied by the bulk-copy (TMA) unit on one full[] mbarrier per
-// slot, issued by one thread per stage (sixteenth session; before, every thread of the block issued 16-byte cp.async
-// copies, see "Loads by TMA" below):
+// Shared memory per stage (a kStages ring). Each part is copied either by 16-byte cp.async from every thread or by the
+// bulk-copy (TMA) unit on one full[] mbarrier per slot, issued by one thread per stage; the mode is chosen per BM tier at
+// compile time (EXL3_RS_TMA_X_MASK / _T_MASK below; defaults: x by TMA at BM 32 and 128, the trellis by bulk copies at
+// BM 128 only; see "Loads by TMA" below):
 //   x:       BM rows x 128 bytes (64 fp16 of k), 128-byte swizzle: chunk c (8 k) of row r at r * 128 + ((c ^ (r & 7)) << 4),
 //            1024-aligned: the canonical K-major SW128 operand layout (descriptor start = stage + 32 kk for the k16
-//            step kk, SBO 1024, LBO unused; the B operand of the prototype, and of wgmma_gemm.cu with N = 128). Written
-//            by one cp.async.bulk.tensor of the 3-d tensor map over xh [S, m, k] (exl3/tensor_map.h, box 64 x BM x 1,
-//            CU_TENSOR_MAP_SWIZZLE_128B, which writes exactly this layout into a 1024-aligned slot). Rows >= m are
-//            zero-filled by the hardware (out of bounds in dim 1); they only reach columns of D that are dropped.
-//   trellis: 4 tile rows x 8 tiles x 16 K2 bytes, each tile row copied verbatim by one cp.async.bulk (its 8 tiles are
-//            contiguous in global memory: 128 K2 bytes, a multiple of 16). Lane t reads the 3 words of its window
+//            step kk, SBO 1024, LBO unused; the B operand of the prototype, and of wgmma_gemm.cu with N = 128). By TMA:
+//            one cp.async.bulk.tensor of the 3-d tensor map over xh [S, m, k] (exl3/tensor_map.h, box 64 x BM x 1,
+//            CU_TENSOR_MAP_SWIZZLE_128B, which writes exactly this layout into a 1024-aligned slot); rows >= m are
+//            zero-filled by the hardware (out of bounds in dim 1). By cp.async: the 8 threads of a row cover its 8 chunks
+//            (a permutation), a warp writes 4 whole rows = 512 contiguous bytes, conflict-free; rows >= m copy nothing
+//            (src-size 0, zero fill). Either way rows >= m only reach columns of D that are dropped.
+//   trellis: 4 tile rows x 8 tiles x 16 K2 bytes, each tile row copied verbatim (its 8 tiles are contiguous in global
+//            memory: 128 K2 bytes), by one cp.async.bulk or by 16-byte cp.async chunks. Lane t reads the 3 words of its window
 //            (trellis.cuh LaneWindow): at K = 4 word t - 1 (mod 32) of the tile, 32 distinct banks; at K = 8 words
 //            2t - 1.. (2-way); at K <= 2 lanes share words (broadcast).
-//   full[4]: one mbarrier per slot after the two rings (count 1: the issuing thread's arrive.expect_tx of the stage's
-//            BM * 128 + 512 K2 bytes).
+//   full[4]: one mbarrier per slot after the two rings, where a part goes by bulk copies (count 1: the issuing
+//            thread's arrive.expect_tx of the stage's bulk bytes, kStageTx: BM * 128 for x, 512 K2 for the trellis).
 //
 // Pipeline (one __syncthreads per stage). Before stage s the copies of stages up to s + kStages - 3 are issued. Stage s:
 //   1. wgmma.wait_group 1 (0 on the first stage of each 4-stage iteration, see below): this warpgroup's wgmmas of
@@ -46,14 +49,17 @@
 //      ptxas gives HGMMA no read scoreboard and, with no later use, reused the A registers of in-flight wgmmas as
 //      scratch right after issue; every BM >= 64 check of the prototype then failed on the H200 (its W = 0), and
 //      passed with this read (W = 2) or with a wait_group 0 after every group (W = 1).
-//   2. every thread waits on full[s % 4] (parity (s / 4) & 1): stage s landed (the mbarrier's phase completion makes the
-//      bulk copies' writes visible to the waiting threads, and orders them before the wgmmas that read x through the
-//      async proxy); __syncthreads: both warpgroups' wgmmas of s - 2 are done and every warp has read its trellis
-//      words of s - 2, so slot (s - 2) % kStages is free.
-//   3. lane 0 of warp s % 4 issues the copies of stage s + kStages - 2 into that slot: arrive.expect_tx on its full[],
-//      one tensor copy (x) and four bulk copies (trellis). Generic-proxy reads of the slot (the LDS of step 4) before
-//      async-proxy writes into it need no proxy fence: the __syncthreads orders them (as CUTLASS's TMA pipelines
-//      order a consumer's release before the producer's next copy into the slot with an mbarrier only).
+//   2. cp.async parts: cp.async.wait_group (kStages - 3) (this thread's copies of stage s landed), and when x came by
+//      cp.async fence.proxy.async.shared::cta (its writes -> the async proxy that wgmma reads through). Bulk parts:
+//      every thread waits on full[s % 4] (parity (s / 4) & 1): the mbarrier's phase completion makes the copies' writes
+//      visible to the waiting threads and orders them before the wgmmas. Then __syncthreads: stage s landed for every
+//      thread, both warpgroups' wgmmas of s - 2 are done and every warp has read its trellis words of s - 2, so slot
+//      (s - 2) % kStages is free.
+//   3. the copies of stage s + kStages - 2 into that slot: cp.async parts by every thread (then commit, empty groups
+//      too); bulk parts by lane 0 of warp s % 4 (arrive.expect_tx on its full[], one tensor copy for x, four bulk copies
+//      for the trellis). Generic-proxy reads of the slot (the LDS of step 4) before async-proxy writes into it need no
+//      proxy fence: the __syncthreads orders them (as CUTLASS's TMA pipelines order a consumer's release before the
+//      producer's next copy into the slot with an mbarrier only).
 //   4. decode stage s from shared memory into a[s & 1] while the wgmmas of s - 1 run.
 //   5. the 4 descriptors, then wgmma.fence, 4 wgmmas (k16 steps), commit. A descriptor computed between the wgmmas of a
 //      group, and a wait_group 1 at the head of the runtime loop, made ptxas serialize every wgmma (C7513: it proves the
@@ -69,12 +75,16 @@
 // grid's completion): the split-k epilogue, or with mixed K the next K run's grid (see the comment at the trigger).
 // K: one kernel per (codebook, K2, BM); a fused layer with mixed K is one launch per run of shards of equal K
 // (launch_cb), each over its own column blocks.
-// Loads by TMA (sixteenth session): with 16-byte cp.async every thread spent ~30 of the ~215 SASS instructions of a stage
-// (mcg K = 4 BM 8: address arithmetic and guards, LDGSTS, LDGDEPBAR / DEPBAR, the fence, and ~10 never-executed
-// `@!PT LDS RZ, [RZ]` that ptxas pads cp.async with), in a kernel that is issue-bound at m <= 64 (docs/hopper-gemm.md,
-// "Thirteenth session" / "Fourteenth session"); one thread's five bulk copies per stage replace them, and the copy
-// addressing registers (hoisted at BM 8 / 16 / 64, recomputed per stage at BM 32 / 128 because hoisting spilled there)
-// are gone. Measured in docs/hopper-gemm.md, "Register-A loads by TMA".
+// Loads by TMA (sixteenth session): with 16-byte cp.async every thread spends ~30 of the ~215 SASS instructions of a
+// stage (mcg K = 4 BM 8: address arithmetic and guards, LDGSTS, LDGDEPBAR / DEPBAR, the fence, and ~10 never-executed
+// `@!PT LDS RZ, [RZ]` that ptxas pads cp.async with), in a kernel that is issue-bound at m <= 64; one thread's bulk
+// copies replace them. Measured (docs/hopper-gemm.md, "Sixteenth session: Register-A loads by TMA"): the trellis by
+// bulk copies was 25-34% slower at BM 8 / 16 on the large shapes, so the defaults keep cp.async there and use the bulk
+// unit where it paid (x at BM 32, everything at BM 128); issued by a ninth (producer) warp into an 8-slot ring, the bulk
+// copies still lost 8-22% at BM 8 / 16 (not merged). Every tier now keeps its window-word addresses in registers
+// (before, BM 32 / 128 recomputed them per stage because hoisting spilled there). Spills (ptxas, all codebooks and K):
+// BM 128 none (was up to 148 bytes); BM 32, which copies the trellis by cp.async, up to 36 bytes at K2 10-14 (was up to
+// 68); BM 16 up to 12 bytes at K2 14 (was none); BM 8 / 64 none.
 // This translation unit is compiled for sm_90a only (setup.py, with wgmma_gemm.cu); without 9.0 in the arch list
 // wgmma_stub.cpp stands in (gemm_wgmma_rs_built() = false).
 #include <cuda_fp16.h>
@@ -102,8 +112,9 @@
 
 // Copy mode per BM tier, bit log2(BM) - 3 (BM 8 = bit 0 .. BM 128 = bit 4) of each mask: x (EXL3_RS_TMA_X_MASK) and
 // the trellis (EXL3_RS_TMA_T_MASK) by the bulk-copy unit (one thread per stage), else by 16-byte cp.async from every
-// thread (hoisted addressing; BM <= 64 only, so BM 128 always uses the bulk copies). Defaults from the sixteenth
-// session's measurements (docs/hopper-gemm.md, "Register-A loads by TMA").
+// thread (hoisted addressing; BM <= 64 only, so BM 128 always uses the bulk copies; cp.async at BM 32 spills 4-88
+// bytes in some instances). Defaults from the sixteenth session's measurements (docs/hopper-gemm.md, "Sixteenth
+// session: Register-A loads by TMA").
 #ifndef EXL3_RS_TMA_X_MASK
 #define EXL3_RS_TMA_X_MASK 0x14  // BM 32, 128
 #endif
@@ -118,6 +129,8 @@ using namespace sm90;
 
 constexpr int kBN = 128, kBK = 64, kThreads = 256;
 
+template <int BM>
+constexpr int bm_bit() { return BM == 8 ? 0 : BM == 16 ? 1 : BM == 32 ? 2 : BM == 64 ? 3 : 4; }
 template <int BM>
 struct Cfg {
   static_assert(BM == 8 || BM == 16 || BM == 32 || BM == 64 || BM == 128, "BM tier");
@@ -139,11 +152,13 @@ __host__ __device__ constexpr int bar_offset(int K2) {
 }
 template <int BM>
 __host__ __device__ constexpr int smem_bytes(int K2) {
-  return bar_offset<BM>(K2) + 8 * Cfg<BM>::kStages + 1024;  // + 1024: alignment of the x ring
+  return bar_offset<BM>(K2) + 8 * Cfg<BM>::kStages + 1024;  // full[]; + 1024: alignment of the x ring
 }
-// Kernel parameters: the tensor map (64-byte aligned, first) of xh, the op's parameters, the first column block.
+// Kernel parameters: the tensor map of xh (CUtensorMap is alignas(128) in CUDA 13), the op's parameters, the first
+// column block.
 struct RsParams {
-  CUtensorMap tmap_x;  // xh [S, m, k] fp16: dims (k, m, S), box (64, BM, 1), 128-byte swizzle (exl3/tensor_map.h)
+  CUtensorMap tmap_x;  // xh [S, m, k] fp16: dims (k, m, S), box (64, BM, 1), 128-byte swizzle (exl3/tensor_map.h);
+                       // encoded only where the tier loads x by TMA (x_by_tma)
   GemmParams g;
   int nb0;
 };
@@ -162,13 +177,21 @@ __device__ __forceinline__ void cp_async16_at(uint32_t dst, const void* src, int
                : "memory");
 }
 template <int BM>
-constexpr int bm_bit() { return BM == 8 ? 0 : BM == 16 ? 1 : BM == 32 ? 2 : BM == 64 ? 3 : 4; }
-template <int BM>
 struct CopyMode {
   static constexpr bool kX = BM == 128 || ((EXL3_RS_TMA_X_MASK >> bm_bit<BM>()) & 1);  // x by TMA
   static constexpr bool kT = BM == 128 || ((EXL3_RS_TMA_T_MASK >> bm_bit<BM>()) & 1);  // trellis by bulk copies
   static constexpr bool kAnyBulk = kX || kT, kAnyCp = !kX || !kT;
 };
+// Whether tier bm loads x by TMA (the launch encodes the tensor map only then).
+inline bool x_by_tma(int bm) {
+  switch (bm) {
+    case 8: return CopyMode<8>::kX;
+    case 16: return CopyMode<16>::kX;
+    case 32: return CopyMode<32>::kX;
+    case 64: return CopyMode<64>::kX;
+    default: return CopyMode<128>::kX;
+  }
+}
 // A 32-bit shared load with a compile-time byte offset added to the shared-memory address (an immediate of the
 // instruction).
 template <int kOff>
@@ -227,10 +250,9 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
   if (ns <= 0) return;  // an empty last split (k16_per_split rounding): nothing to add
   const int tn0 = (col0 - sh.col_offset) / 16, ntiles = sh.n / 16;
 
-  // The ring slot of each body is a compile-time constant because the loop runs 4 = kStages stages per iteration from
+  // The ring slot of each body is a compile-time constant because the loop runs kStages stages per iteration from
   // stage 0 (slot = J): immediate offsets of the trellis loads and the descriptors. Every tier keeps its window-word
-  // addresses and descriptor in registers since the loads by TMA freed the copy addressing (BM 32 and 128 recomputed
-  // them per stage before, because hoisting spilled there: 16-72 bytes; now 0 at every tier, K and codebook).
+  // addresses and descriptor in registers (spills: see "Loads by TMA" in the header).
   static_assert(C::kStages == 4, "slot = stage mod 4 = the index of the body in the loop unrolled by 4");
   using M = CopyMode<BM>;
   // Bulk copies of stage s (issued by one thread): tile row tr of the trellis starts at tp + (4 s + tr) t_row (bytes).
@@ -558,7 +580,9 @@ cudaError_t launch_gemm_wgmma_rs(const GemmParams& p, int codebook, int bm, cuda
     if (reinterpret_cast<uintptr_t>(p.shard[i].trellis) % 16 != 0) return cudaErrorInvalidValue;
   rs::RsParams rp{};
   rp.g = p;
-  cudaError_t e = encode_xh_map(&rp.tmap_x, p, bm);
+  // the tensor map only where the tier loads x by TMA (review of 4fd5284: the m <= 16 tiers paid a host-side encode
+  // per eager call for nothing, and failed without the driver entry point)
+  cudaError_t e = rs::x_by_tma(bm) ? encode_xh_map(&rp.tmap_x, p, bm) : cudaSuccess;
   if (e != cudaSuccess) return e;
   e = cudaErrorInvalidValue;
 #if EXL3_WGMMA_CB_MASK & 1

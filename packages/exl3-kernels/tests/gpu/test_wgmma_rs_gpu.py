@@ -47,13 +47,14 @@ def _rs(x, trellis, suh, svh, bias, cb: int, bm: int, split: int, dtype):
     return _ops.gemm_wgmma_rs(xh, trellis, svh, bias, cb, bm, split, workspace.splitk_acc(x.device), dtype)
 
 
-@pytest.mark.parametrize("bm", [8, 64, 128])
+@pytest.mark.parametrize("bm", [8, 32, 64, 128])
 @pytest.mark.parametrize("cb", ["3inst", "mcg", "mul1"])
 @pytest.mark.parametrize("k2", ALL_K2)
 def test_rs_every_k_and_codebook(cb, k2, bm):
-    """Every codebook x K at BM 8, 64 and 128 (one kernel each; the BM 128 instances of K = 7-8 and some of 3inst are the
-    ones ptxas spills in), m = 50 (BM 8: seven row blocks; 64 / 128: rows 50.. of the block zero-filled), split 1 and 3,
-    k = 1024."""
+    """Every codebook x K at BM 8, 32, 64 and 128 (one kernel each; with the default copy modes BM 8 / 64 load by
+    cp.async, BM 32 mixes x by TMA with the trellis by cp.async and spills in some K (10-14), BM 128 loads everything
+    by bulk copies), m = 50 (BM 8: seven row blocks; 32: two, the second partly empty; 64 / 128: rows 50.. of the block
+    zero-filled), split 1 and 3, k = 1024 (16 stages: every ring slot reused and every barrier phase flipped)."""
     if k2 % 2 and cb != "mul1":
         pytest.skip("half rates exist for mul1 only")
     _need(cb, k2)
