@@ -61,8 +61,8 @@
 // A by TMA (PTX ISA 9.7.9.25.5.1 "cp.async.bulk.tensor"): one 3-d tensor map per call over xh [S, m, k] fp16 (dims k,
 // m, S), box 64 x 256 x 1, 128-byte swizzle, L2 promotion 256 B; the block's shard is the third coordinate, so one
 // map serves every shard, and rows >= m of a shard are zero-filled by the hardware (dim 1 = m), never read from the
-// next shard. Encoded on the host for each call (cuTensorMapEncodeTiled, a host-only packing of 128 bytes, via
-// cudaGetDriverEntryPointByVersion: no -lcuda) and passed in the __grid_constant__ parameters. Measured at a1ddb41:
+// next shard. Encoded on the host for each call (exl3/tensor_map.h: cuTensorMapEncodeTiled, a host-only packing of 128
+// bytes, via cudaGetDriverEntryPointByVersion: no -lcuda) and passed in the __grid_constant__ parameters. Measured at a1ddb41:
 // TMA A saved 0.18-0.25 us per stage against cp.async from m = 256 up (full-tma 8-21% faster than full) but was 5%
 // slower at m = 128 on 4096x11008 (10% faster on 17408x5120); the autotuner decides per shape and m.
 //
