@@ -74,6 +74,33 @@ def h16_b_fragment(hh: int) -> np.ndarray:  # hadamard.cuh h16_b_fragment(lane, 
     return np.stack([np.stack([e(2 * Q, c), e(2 * Q + 1, c)], -1), np.stack([e(2 * Q + 8, c), e(2 * Q + 9, c)], -1)], 1)
 
 
+def h16_pair_signs() -> np.ndarray:  # hadamard.cuh h16_pair_signs: [32] uint32 XOR masks on a half2
+    par = np.array([bin(int(v)).count("1") % 2 for v in G & (2 * Q)], dtype=np.uint64)
+    return (par * 0x80008000 ^ ((G & 1).astype(np.uint64) << 31)).astype(np.uint32)
+
+
+def half2_signs(f: np.ndarray) -> np.ndarray:
+    """+-1 value pairs [..., 2] -> the sign bits of the packed half2 (bit 15 low, bit 31 high)."""
+    return ((f[..., 0] < 0) * 0x8000 + (f[..., 1] < 0) * 0x80000000).astype(np.uint32)
+
+
+@pytest.mark.parametrize("one", [0x3C00, 0x3400])
+def test_h16_fragments_closed_form_matches_entrywise_definition(one):
+    """hadamard.cuh builds the H16 fragments from one parity per lane (h16_pair_signs: a0 = a1 = a2, a3 = -a0; b0,
+    b1 = b0 or -b0 by h) instead of one popcount per entry; both must give the entries (-1)^popcount(r & c)."""
+    x = (one * 0x10001 ^ h16_pair_signs().astype(np.int64)).astype(np.uint32)
+    neg = np.uint32(0x80008000)
+    assert np.array_equal(np.stack([x, x, x, x ^ neg], 1) & neg, half2_signs(h16_a_fragment()))
+    assert np.array_equal(np.stack([x, x ^ neg], 1) & neg, half2_signs(a_frag(H16)[:, [0, 3]]))
+    for hh in range(2):
+        b = np.stack([x, x ^ neg if hh else x], 1)
+        assert np.array_equal(b & neg, half2_signs(h16_b_fragment(hh)))
+        assert np.array_equal(b & neg, half2_signs(b_frag(H16[:, 8 * hh:8 * hh + 8])))
+    assert np.all((x & np.uint32(0x7FFF7FFF)) == one * 0x10001)  # magnitudes untouched
+    # MMA 1's A operand of reconstruct_bf16.cu: (s | s << 16) ^ signs is (H8[g][2q] s, H8[g][2q + 1] s)
+    assert np.array_equal(h16_pair_signs(), half2_signs(np.stack([H8[G, 2 * Q], H8[G, 2 * Q + 1]], -1)))
+
+
 def to_fp16(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32).astype(np.float16).astype(np.float64)
 

@@ -13,8 +13,12 @@
 // MMA 1's A operand (per output row) and svh / 32 into MMA 2's B operand (per output column), so no FP32 butterflies or
 // scale multiplies remain (reconstruct.cu spends ~10 of its ~21 instructions per weight on them; ncu there).
 //
-// Precision (bf16 outputs only): P = H16 Ŵ (an exact fp32 sum), Q = P H16 / 4 and T = suh H8 Q are each rounded to
-// fp16 as the next MMA's operand (three fp16 roundings; fp32 accumulation everywhere, one final rounding to bf16).
+// Precision (bf16 outputs only): P = H16 Ŵ, Q = P H16 / 4 and T = suh H8 Q are each rounded to fp16 as the next MMA's
+// operand (three fp16 roundings, one final rounding to bf16). Since the seventeenth session those three MMAs produce
+// fp16 directly (f16 accumulators, EXL3_RECONSTRUCT_BF16_F16ACC): the PTX ISA leaves their internal rounding to the
+// implementation; on the H200 the weights differ from the fp32-accumulate-then-round form in ~100 of 4.2 M elements
+// (0.0025%, by at most 0.3% of the layer's largest |w|; bench/results/profiles/reconstruct-s17/), within the GPU test's
+// model of round-to-nearest (flips allowed, under 1% of outputs), and the rms bound below holds.
 // Each fp16 rounding adds (2^-11)^2 / 3 relative variance, 1/64 of bf16 rounding's: the weight's rms error is ~1.02x
 // that of rounding the exact weight to bf16 (CPU emulation in tests/test_kernel_reconstruct_bf16_math.py; the GPU test
 // test_reconstruct_weight_vs_torch models the arithmetic). Ranges: the 1/128 is split as Q / 4 and svh / 32. With |Ŵ| <=
@@ -53,6 +57,16 @@
 #include "exl3/params.h"
 #include "exl3/store.cuh"
 #include "exl3/trellis.cuh"
+
+// P, Q and T from MMAs with fp16 accumulators (1) or with fp32 accumulators packed to fp16 by F2FP (0). The fp16 form
+// drops 96 of the 952 SASS instructions per warp and super-tile (K = 4 mcg, sm_90; 824 with the closed-form H16 signs of
+// hadamard.cuh, against 952) and the spills of the all-K build (up to 76 bytes before); measured on the H200
+// (bench_reconstruct, two rounds, profiles/reconstruct-s17/call1.md): qkv 25.4-25.6 -> 24.4-24.6 us, 4096 x 4096
+// 15.9-16.1 -> 15.8, 17408 x 5120 71.7-71.8 -> 70.8-71.3, the other two shapes unchanged. Not instruction-bound, then.
+// At 5 blocks per SM (48 registers, 4-byte spill at K = 4) the same source was 7-9% slower (17.3 us on 4096 x 4096).
+#ifndef EXL3_RECONSTRUCT_BF16_F16ACC
+#define EXL3_RECONSTRUCT_BF16_F16ACC 1
+#endif
 
 namespace exl3 {
 
@@ -100,6 +114,18 @@ __device__ __forceinline__ void tc_phase1(const ReconstructParams& p, const TcTi
       uint32_t frag[4];
       if (jh == 0) decode_window_fragments<CB, K2>(wa[jj][0], wa[jj][1], wa[jj][2], r, frag, dk);
       else decode_window_fragments<CB, K2>(wb[jj][0], wb[jj][1], wb[jj][2], r, frag, dk);
+#if EXL3_RECONSTRUCT_BF16_F16ACC
+      uint32_t pa[4];
+      mma_16816_f16_z(pa + 0, ha, frag[0], frag[1]);
+      mma_16816_f16_z(pa + 2, ha, frag[2], frag[3]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t c[2];
+        mma_16816_f16_z(c, pa, hb[h][0], hb[h][1]);
+        qw[0][h][jj] = c[0];
+        qw[1][h][jj] = c[1];
+      }
+#else
       float pk[2][4];
       mma_16816_z(pk[0], ha, frag[0], frag[1]);
       mma_16816_z(pk[1], ha, frag[2], frag[3]);
@@ -112,6 +138,7 @@ __device__ __forceinline__ void tc_phase1(const ReconstructParams& p, const TcTi
         qw[0][h][jj] = pack2_rn<false>(c[0], c[1]);
         qw[1][h][jj] = pack2_rn<false>(c[2], c[3]);
       }
+#endif
     }
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
@@ -124,13 +151,15 @@ __device__ __forceinline__ void tc_phase1(const ReconstructParams& p, const TcTi
 // Resident blocks per SM asked of ptxas: 4 (64 registers, 32 warps per SM; shared memory would allow 6). Measured on the
 // H200 (K = 4 mcg, bench_reconstruct, bench/results/profiles/reconstruct-s11/parts-call7-tcr-vs-4blocks.txt, us, two
 // rounds in one call) against 3 blocks (80 registers): 4096 x 4096 16.0-16.1 vs 17.7, 4096 x 11008 38.6 vs 42.4,
-// 5120 x 12288 52.0-52.1 vs 56.6-56.8, 17408 x 5120 71.2-71.5 vs 76.6-77.0, qkv 25.4-25.6 vs 26.2-26.8; ptxas spills 8
-// bytes per thread at K = 4 (mcg; up to 76 bytes in other K paths of the all-K build). The first build of this kernel
-// spilled 116 bytes at 64 registers and lost (20.5 us on 4096 x 4096); the 4-word table and the range split of the review
-// made the difference. 2 blocks (128 registers) measured 18.5 / 50.2 us on 4096 x 4096 / 4096 x 11008. A persistent
-// variant (each block walking several super-tiles with double-buffered shared memory, optionally loading the next
-// super-tile's trellis during phase 2) measured the same or slower (18.5 / 43.7 us; with the prefetch 21.9 / 49.2: its
-// registers spilled), so one super-tile per block it is.
+// 5120 x 12288 52.0-52.1 vs 56.6-56.8, 17408 x 5120 71.2-71.5 vs 76.6-77.0, qkv 25.4-25.6 vs 26.2-26.8; ptxas then
+// spilled 8 bytes per thread at K = 4 (mcg; up to 76 bytes in other K paths of the all-K build; none since the fp16
+// accumulators, above). The first build of this kernel spilled 116 bytes at 64 registers and lost (20.5 us on
+// 4096 x 4096); the 4-word table and the range split of the review made the difference. 2 blocks (128 registers)
+// measured 18.5 / 50.2 us on 4096 x 4096 / 4096 x 11008. Persistent variants (each block walking several super-tiles)
+// measured the same or slower: with double-buffered shared memory 18.5 / 43.7 us, loading the next super-tile's
+// trellis into registers during phase 2 21.9 / 49.2 (spills); in the seventeenth session, each warp copying its next
+// trellis row into shared memory by cp.async during phase 2 (no spills): the same on 4096 x 4096 and qkv, 3-6% slower
+// on the three large shapes (profiles/reconstruct-s17/call2). So one super-tile per block it is.
 #ifndef EXL3_RECONSTRUCT_BF16_MIN_BLOCKS
 #define EXL3_RECONSTRUCT_BF16_MIN_BLOCKS 4
 #endif
@@ -187,8 +216,9 @@ __global__ void __launch_bounds__(256, EXL3_RECONSTRUCT_BF16_MIN_BLOCKS)
   // Phase 2: warp v = row pair r in {2 v, 2 v + 1}, i.e. smem rows 16 v .. 16 v + 15 (rho = 16 v + 8 e + w).
   // MMA 1's A = (I2 (x) H8) with suh: rows 8 e' + w, columns 8 e + w'; a0 = H8[g][2q..] suh[k(e' = 0)], a3 = the same
   // with suh[k(e' = 1)], a1 = a2 = 0 (the e != e' blocks).
-  const uint32_t a1f[4] = {h_sign(s0, g, 2 * q) | (h_sign(s0, g, 2 * q + 1) << 16), 0u, 0u,
-                           h_sign(s1, g, 2 * q) | (h_sign(s1, g, 2 * q + 1) << 16)};
+  // H8[g][2q], H8[g][2q + 1] are the signs of h16_pair_signs (the same parities for indices < 8).
+  const uint32_t hs = h16_pair_signs(lane);
+  const uint32_t a1f[4] = {(s0 * 0x10001u) ^ hs, 0u, 0u, (s1 * 0x10001u) ^ hs};
   // ldmatrix.x4.trans: lane l gives row w' = l & 7 of matrix mi = l >> 3 (e = mi & 1, blk = mi >> 1): smem row
   // 16 v + 8 e + w', chunk 2 cp + blk; registers 0, 1 = B (b0, b1) of column block blk = 0, registers 2, 3 of blk = 1.
   // With cp = 4 cph + cpl the physical chunk is 8 cph + ((blk ^ swz) ^ 2 cpl): byte offset ld0 ^ 32 cpl, cph an
@@ -221,11 +251,17 @@ __global__ void __launch_bounds__(256, EXL3_RECONSTRUCT_BF16_MIN_BLOCKS)
       uint32_t b1f[4];
       if (cph == 0) ldmatrix_x4_trans_at<0>(b1f, ld[cpl]);
       else ldmatrix_x4_trans_at<128>(b1f, ld[cpl]);
+#if EXL3_RECONSTRUCT_BF16_F16ACC
+      uint32_t a2f[4];  // T for column blocks 0 and 1 as fp16 pairs (rows as below)
+      mma_16816_f16_z(a2f + 0, a1f, b1f[0], b1f[1]);
+      mma_16816_f16_z(a2f + 2, a1f, b1f[2], b1f[3]);
+#else
       float t0[4], t1[4];  // T for column blocks 0 and 1: rows (e', w) = (0, g), (1, g); columns kappa2 = 8 blk + 2q, +1
       mma_16816_z(t0, a1f, b1f[0], b1f[1]);
       mma_16816_z(t1, a1f, b1f[2], b1f[3]);
       const uint32_t a2f[4] = {pack2_rn<false>(t0[0], t0[1]), pack2_rn<false>(t0[2], t0[3]),
                                pack2_rn<false>(t1[0], t1[1]), pack2_rn<false>(t1[2], t1[3])};
+#endif
       const uint4 bw = tbl[32 * cp];
       float u0[4], u1[4];  // output half bh = 0, 1: rows as T; columns 16 (4 bh + q) + 2 cp, + 1
       mma_16816_z(u0, a2f, bw.x, bw.y);

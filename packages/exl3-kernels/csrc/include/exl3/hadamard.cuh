@@ -34,22 +34,32 @@ __device__ __forceinline__ uint32_t h_sign(uint32_t x16, int i, int j) {
   return x16 ^ (static_cast<uint32_t>(__popc(i & j) & 1) << 15);
 }
 
-// A fragment of H16: a0 = rows g, cols 2q, 2q+1; a1 = rows g+8; a2 = cols +8; a3 = both.
-__device__ __forceinline__ void h16_a_fragment(int lane, uint32_t a[4]) {
+// Sign bits of the pair (H16[g][2q], H16[g][2q + 1]) as an XOR mask on a half2 (bit 15: low half, bit 31: high half).
+// parity(g & 2q) is the low half's sign, and the high half's adds g & 1 (column 2q + 1 has bit 0 set). Every pair the
+// fragments below need is this one or its negation: rows or columns + 8 meet bits of 2q and g (both < 8) nowhere, and
+// row + 8 with column + 8 flips both signs (one common bit 3).
+__device__ __forceinline__ uint32_t h16_pair_signs(int lane) {
   const int g = lane >> 2, q = lane & 3;
-  auto pair = [](int r, int c) -> uint32_t { return h16_entry(r, c) | (h16_entry(r, c + 1) << 16); };
-  a[0] = pair(g, 2 * q);
-  a[1] = pair(g + 8, 2 * q);
-  a[2] = pair(g, 2 * q + 8);
-  a[3] = pair(g + 8, 2 * q + 8);
+  return (static_cast<uint32_t>(__popc(g & (2 * q)) & 1) * 0x80008000u) ^ (static_cast<uint32_t>(g & 1) << 31);
 }
 
-// B fragment of H16[:, 8h .. 8h+7] (entries +-kOne): b0 = rows 2q, 2q+1 of column g, b1 = rows 2q+8, 2q+9.
+// A fragment of H16: a0 = rows g, cols 2q, 2q+1; a1 = rows g+8; a2 = cols +8; a3 = both. By h16_pair_signs a1 = a2 =
+// a0 and a3 = -a0 (the entrywise definition h16_entry gives the same; a GPU test of every reconstruct kernel covers it).
+template <uint32_t kOne = 0x3C00u>
+__device__ __forceinline__ void h16_a_fragment(int lane, uint32_t a[4]) {
+  const uint32_t x = (kOne * 0x10001u) ^ h16_pair_signs(lane);
+  a[0] = x;
+  a[1] = x;
+  a[2] = x;
+  a[3] = x ^ 0x80008000u;
+}
+
+// B fragment of H16[:, 8h .. 8h+7] (entries +-kOne): b0 = rows 2q, 2q+1 of column g' = 8h + g, b1 = rows 2q+8, 2q+9.
+// b0's signs are parity(2q & g') = parity(2q & g) and that plus g & 1, i.e. h16_pair_signs; b1 adds bit 3 of g' = h.
 template <uint32_t kOne = 0x3C00u>
 __device__ __forceinline__ void h16_b_fragment(int lane, int h, uint32_t& b0, uint32_t& b1) {
-  const int g = lane >> 2, q = lane & 3, c = 8 * h + g;
-  b0 = h16_entry<kOne>(2 * q, c) | (h16_entry<kOne>(2 * q + 1, c) << 16);
-  b1 = h16_entry<kOne>(2 * q + 8, c) | (h16_entry<kOne>(2 * q + 9, c) << 16);
+  b0 = (kOne * 0x10001u) ^ h16_pair_signs(lane);
+  b1 = h ? (b0 ^ 0x80008000u) : b0;
 }
 
 __device__ __forceinline__ void fwht128_lane4(float v[4], int lane) {

@@ -75,6 +75,17 @@ __device__ __forceinline__ void mma_16816_z(float d[4], const uint32_t a[4], uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
 }
 
+// D = A B as fp16 (f16 accumulator, zero C): d0 = D[g][2q..2q+1], d1 = D[g+8][2q..2q+1] packed as half2, i.e. the
+// C fragment above already in the 32-bit layout of an A / B fragment of the next MMA. Used where the next stage rounds
+// the product to fp16 anyway (reconstruct_bf16.cu); whether the hardware's fp16 result equals the fp32 one rounded to
+// nearest is implementation-defined in the PTX ISA, so the callers' GPU tests check it against a model of RN rounding.
+__device__ __forceinline__ void mma_16816_f16_z(uint32_t d[2], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%0,%1}, {%2,%3,%4,%5}, {%6,%7}, {%8,%8};\n"
+      : "=r"(d[0]), "=r"(d[1])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0u));
+}
+
 // ldmatrix.x4.trans at a raw shared address plus an immediate offset: lane (g, q) of matrix i receives rows 2q, 2q + 1
 // of column g (the B fragment of a row-major [k][n] tile).
 template <int kOff>
