@@ -25,6 +25,8 @@ def table(res: dict) -> str:
              f"{res['rates']['tensor_tflops']:.0f} TFLOP/s (8192^3). Cold L2 (weights rotated), CUDA-graph replay, us per call. "
              "SOL = max(bytes / HBM rate, flops / tensor rate) / our time. ratio = ours / cuBLAS (target in brackets; "
              "bold = target met).", ""]
+    if res.get("note"):  # e.g. a table merged from several runs
+        lines += [res["note"], ""]
     groups = defaultdict(list)
     for p in res["points"]:
         groups[(p["shape"], p["K"])].append(p)

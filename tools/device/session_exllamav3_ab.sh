@@ -5,9 +5,11 @@
 #  2. GPU tests + compute-sanitizer with .device/$TEST_LIB (skipped when TEST_LIB is empty);
 #  3. A/B of .device/$LIB and .device/$AB_LIB on AB_ARGS (bench_gemm.py arguments, two alternating rounds; skipped
 #     when AB_LIB is empty);
-#  4. K = 2..8 benchmark of .device/$BENCH_LIB (two shapes) while the build runs;
+#  4. K = 2..8 benchmark of .device/$BENCH_LIB (two shapes) while the build runs (DURING_ARGS: other bench_gemm.py
+#     arguments for this step; EXTRA_CMD: a command run first in this step, output to $O/extra.log);
 #  5. after the build: the all-shape K = 4 benchmark of .device/$BENCH_LIB with exllamav3 in the same process (without
-#     it, and saying so in steps.txt, if the build did not finish or failed).
+#     it, and saying so in steps.txt, if the build did not finish or failed; FINAL_ARGS: other bench_gemm.py arguments,
+#     e.g. the K = 2..8 shapes).
 # Every step's timeout comes from one deadline (DEADLINE_S after the start, default 570: the device allows 600 s per
 # command), and $OUT/all.tgz is rewritten after every step, so a killed call still returns what finished.
 # Carry: .device/$LIB, .device/$AB_LIB, .device/oracle, .device/kit, .whl.
@@ -45,16 +47,20 @@ if [ -n "${AB_LIB:-}" ]; then
   done; done
 fi
 B=$PWD/.device/${BENCH_LIB:-$LIB}/_C.abi3.so
+if [ -n "${EXTRA_CMD:-}" ]; then
+  timeout $(( $(left) < 200 ? $(left) : 200 )) bash -c "$EXTRA_CMD" > $O/extra.log 2>&1
+  el "extra rc=$?"
+fi
 if kill -0 $bpid 2>/dev/null; then  # exllamav3 still building: the K = 2..8 benchmark without it meanwhile
   CUDA_EXL3_LIBRARY=$B timeout $(( $(left) < 200 ? $(left) : 200 )) python3 bench/bench_gemm.py --no-exllamav3 \
-    --out $O/gemm_k23568.json --shapes 4096x11008,17408x5120 --ks 2,3,5,6,8 --codebook mcg --max-seconds 150 \
-    > $O/bench_k23568.log 2>&1
-  el "bench k23568 rc=$?"
+    --out $O/gemm_during.json ${DURING_ARGS:---shapes 4096x11008,17408x5120 --ks 2,3,5,6,8} --codebook mcg \
+    --max-seconds 150 > $O/bench_during.log 2>&1
+  el "bench during the build rc=$?"
 fi
 # wait for the build, leaving ~100 s for the last benchmark
 while kill -0 $bpid 2>/dev/null && [ $(left) -gt 100 ]; do sleep 5; done
 if grep -q "ext ready" $O/exl3_build.log; then ex=""; el "exllamav3 build: ready"
 else ex="--no-exllamav3"; el "exllamav3 build: not ready ($(tail -c 300 $O/exl3_build.log | tr '\n' ' ')); benchmark without it"; fi
-CUDA_EXL3_LIBRARY=$B timeout $(left) python3 bench/bench_gemm.py $ex --out $O/gemm_k4_vs_exllamav3.json \
-  --ks 4 --codebook mcg --max-seconds $(( $(left) > 30 ? $(left) - 30 : 1 )) > $O/bench_k4.log 2>&1
-el "bench k4 rc=$?"
+CUDA_EXL3_LIBRARY=$B timeout $(left) python3 bench/bench_gemm.py $ex --out $O/gemm_final_vs_exllamav3.json \
+  ${FINAL_ARGS:---ks 4} --codebook mcg --max-seconds $(( $(left) > 30 ? $(left) - 30 : 1 )) > $O/bench_final.log 2>&1
+el "bench final rc=$?"
