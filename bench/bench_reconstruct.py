@@ -1,7 +1,8 @@
 """The dense-weight kernels alone: `reconstruct` (W with both transforms) and `reconstruct_n` (W_n, the output
 transform only), bf16 out, mcg, on the five shapes of bench_gemm.py (K = 4; the qkv shape K 4, 5, 5), cold L2
 (weights rotated, bench/timing.py), CUDA-graph replay, with each kernel's HBM floor (trellis read + W written at
-4.19 TB/s, the H200's measured read rate). One line per shape, prefixed by the label (argv[1]); the op library is
+4.19 TB/s, the H200's measured read rate) and the time of writing W alone (a memset of the same size: the H200 writes
+slower than it reads, 3.2-3.3 TB/s). One line per shape, prefixed by the label (argv[1]); the op library is
 the one exl3_kernels loads (CUDA_EXL3_LIBRARY for A/B runs of several libraries).
 
     CUDA_EXL3_LIBRARY=.device/<lib>/_C.abi3.so python3 bench/bench_reconstruct.py <label>
@@ -41,5 +42,10 @@ for name, k, ns, k2s in (("4096x4096", 4096, [4096], [8]), ("4096x11008", 4096, 
     t_rn = graph_time_us([lambda L=L: _ops.reconstruct_n(L.trellis, L.svh, 1, dtype=torch.bfloat16) for L in Ls])
     t_rc = graph_time_us([lambda L=L: _ops.reconstruct(L.trellis, L.suh, L.svh, 1, dtype=torch.bfloat16) for L in Ls])
     byt = k * n * 2 + sum(k * nn * k2 / 16 for nn, k2 in zip(ns, k2s))
+    # the write floor: W alone written by a memset kernel into rotated buffers (the H200 writes ~3.2-3.3 TB/s,
+    # bench/results/profiles/reconstruct-s17/README.md, against ~4.2 TB/s for reads)
+    ws = [torch.empty(k, n, device="cuda", dtype=torch.bfloat16) for _ in range(copies_for(2 * k * n))]
+    t_w = graph_time_us([lambda w=w: w.zero_() for w in ws])
+    del ws
     print(f"{label} {name}: reconstruct {t_rc:.1f} us, reconstruct_n {t_rn:.1f} us, HBM bytes {byt / 1e6:.1f} MB "
-          f"(floor {byt / 4.19e12 * 1e6:.1f} us at 4.19 TB/s)", flush=True)
+          f"(floor {byt / 4.19e12 * 1e6:.1f} us at 4.19 TB/s; writing W alone {t_w:.1f} us)", flush=True)

@@ -110,7 +110,11 @@ __device__ __forceinline__ void reconstruct_block(const ReconstructParams& p, co
     h16_b_fragment(lane, 0, hb[0][0], hb[0][1]);
     h16_b_fragment(lane, 1, hb[1][0], hb[1][1]);
 #pragma unroll
-    for (int jh = 0; jh < 2; ++jh) {  // tiles 4 jh .. 4 jh + 3: half the C values live at a time (no spills at 80 regs)
+    // tiles 4 jh .. 4 jh + 3: half the C values live at a time (80 registers; ptxas spills 4 bytes in the mcg / 3inst
+    // instances with transforms, 16 in the mul1 one since the closed-form H16 signs of 85ea7a7, 4 before: fp16 W of
+    // 4096 x 4096 / 4096 x 11008 measured unchanged, mul1 22.0 / 52.6-52.8 us against 21.9-22.1 / 53.3-53.4,
+    // bench/results/profiles/reconstruct-s17/README.md)
+    for (int jh = 0; jh < 2; ++jh) {
       float c[4][2][4];
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {

@@ -13,12 +13,14 @@
 // MMA 1's A operand (per output row) and svh / 32 into MMA 2's B operand (per output column), so no FP32 butterflies or
 // scale multiplies remain (reconstruct.cu spends ~10 of its ~21 instructions per weight on them; ncu there).
 //
-// Precision (bf16 outputs only): P = H16 Ŵ, Q = P H16 / 4 and T = suh H8 Q are each rounded to fp16 as the next MMA's
-// operand (three fp16 roundings, one final rounding to bf16). Since the seventeenth session those three MMAs produce
-// fp16 directly (f16 accumulators, EXL3_RECONSTRUCT_BF16_F16ACC): the PTX ISA leaves their internal rounding to the
-// implementation; on the H200 the weights differ from the fp32-accumulate-then-round form in ~100 of 4.2 M elements
-// (0.0025%, by at most 0.3% of the layer's largest |w|; bench/results/profiles/reconstruct-s17/), within the GPU test's
-// model of round-to-nearest (flips allowed, under 1% of outputs), and the rms bound below holds.
+// Precision (bf16 outputs only): P = H16 Ŵ, Q = P H16 / 4 and T = suh H8 Q are produced as fp16 by MMAs with f16
+// accumulators (since the seventeenth session; before, fp32 accumulators rounded to nearest by F2FP), each the next
+// MMA's operand, and W is rounded once to bf16 from fp32. For f16 accumulators the PTX ISA says only that "the
+// accumulation is performed with at least half precision" and that accumulation order, rounding and subnormal handling
+// are unspecified; measured on the H200 (sm_90) only: the weights differ from the fp32-then-round form in ~100 of 4.2 M
+// elements (0.0025%, by at most 0.3% of the layer's largest |w|; bench/results/profiles/reconstruct-s17/call1.md) and
+// the GPU test's model of round-to-nearest (flips allowed, under 1% of outputs) and its rms bound hold. Other
+// architectures are held to the same GPU tests, not measured here.
 // Each fp16 rounding adds (2^-11)^2 / 3 relative variance, 1/64 of bf16 rounding's: the weight's rms error is ~1.02x
 // that of rounding the exact weight to bf16 (CPU emulation in tests/test_kernel_reconstruct_bf16_math.py; the GPU test
 // test_reconstruct_weight_vs_torch models the arithmetic). Ranges: the 1/128 is split as Q / 4 and svh / 32. With |Ŵ| <=
@@ -26,8 +28,9 @@
 // so |T| = |suh H8 Q| stays finite for |suh| < 32 in the worst case (~500 typically). At the small end T's values go
 // subnormal in fp16 (below 2^-14) as |suh| falls below ~1e-4, but their absolute error stays under bf16 rounding's: CPU
 // model, rms error against bf16 rounding 1.02-1.03x for suh from 1e-2 down to 1e-5 (1.03x at 3e-6, 1.11x at 1e-6; the
-// first build's Q / 16 was 1.17x at 3e-6); GPU test (test_reconstruct_bf16_small_suh): within 1.04x at 1e-4 and 1e-5,
-// 1.043x measured at 3e-6 (not asserted: below the supported range). Real suh is ~1e-2 (MoE up_proj ~1e-4; docs/exl3-format.md
+// first build's Q / 16 was 1.17x at 3e-6); GPU test (test_reconstruct_bf16_small_suh): within 1.04x at 1e-4 and 1e-5
+// (also with the f16 accumulators), 1.043x measured at 3e-6 with the fp32-accumulator build (not asserted: below the
+// supported range; not re-measured since). Real suh is ~1e-2 (MoE up_proj ~1e-4; docs/exl3-format.md
 // §4.5). svh / 32 is exact in fp16 for |svh| >= 2^-9 (svh is a per-column RMS / mean, ~0.5-2, or exactly 0); smaller
 // columns lose relative precision in the subnormal range. suh itself is exact (a stored fp16 value times +-1).
 //
@@ -58,15 +61,14 @@
 #include "exl3/store.cuh"
 #include "exl3/trellis.cuh"
 
-// P, Q and T from MMAs with fp16 accumulators (1) or with fp32 accumulators packed to fp16 by F2FP (0). The fp16 form
-// drops 96 of the 952 SASS instructions per warp and super-tile (K = 4 mcg, sm_90; 824 with the closed-form H16 signs of
-// hadamard.cuh, against 952) and the spills of the all-K build (up to 76 bytes before); measured on the H200
-// (bench_reconstruct, two rounds, profiles/reconstruct-s17/call1.md): qkv 25.4-25.6 -> 24.4-24.6 us, 4096 x 4096
-// 15.9-16.1 -> 15.8, 17408 x 5120 71.7-71.8 -> 70.8-71.3, the other two shapes unchanged. Not instruction-bound, then.
-// At 5 blocks per SM (48 registers, 4-byte spill at K = 4) the same source was 7-9% slower (17.3 us on 4096 x 4096).
-#ifndef EXL3_RECONSTRUCT_BF16_F16ACC
-#define EXL3_RECONSTRUCT_BF16_F16ACC 1
-#endif
+// The f16 accumulators for P, Q and T together with the closed-form H16 / H8 signs of hadamard.cuh (h16_pair_signs; one
+// parity per lane instead of one popcount per entry) took the SASS from 952 to 824 instructions per warp and super-tile
+// (K = 4 mcg, sm_90, nvcc 13.0) and the all-K build from up to 76 bytes of spill to none; each change alone still
+// spilled (f16 accumulators with the old signs: 848 instructions, 8 bytes at K = 4; the closed form with fp32
+// accumulators: 936, 24 bytes). Measured on the H200 (bench_reconstruct, two rounds in each of two calls,
+// profiles/reconstruct-s17/): qkv 25.3-25.6 -> 24.3-24.6 us, 4096 x 4096 15.9-16.1 -> 15.7-15.8, 17408 x 5120 71.5-71.8
+// -> 70.8-71.3, the other two shapes unchanged: the kernel is not instruction-bound. At 5 blocks per SM (48 registers,
+// 4-byte spill at K = 4) the same source was 5-13% slower.
 
 namespace exl3 {
 
@@ -92,11 +94,11 @@ __device__ __forceinline__ void tc_load4(const ReconstructParams& p, const TcTil
   load_lane_windows<K2, 4>(t0, kTileWords, LaneWindow<K2>::make(lane), w);
 }
 
-// Phase 1 of super-tile x, warp w = tile row w. Per tile j: P = H16 Ŵ (H16 as A, the decoded B fragments as B; exact
-// in fp32), P's C fragments packed to fp16 (P's one rounding) are P's A fragment (C -> A identity of m16n8k16),
-// Q = P (H16 / 4) with H16 / 4 as B (entries +-2^-2, exact). Q's C fragment (rows g, g + 8; columns c = 8 h + 2 q + e)
-// goes to sigma = 16 (4 h + q) + 2 j + e: for 4 tiles j = 4 jh + jj the lane's pairs fill one 16-byte chunk
-// (8 h + 2 q + jh) per (row, h).
+// Phase 1 of super-tile x, warp w = tile row w. Per tile j: P = H16 Ŵ (H16 as A, the decoded B fragments as B; f16
+// accumulator: P's one rounding to fp16), whose D fragment (d0 = row g, d1 = row g + 8, columns 2q, 2q + 1) is P's A
+// fragment (C -> A identity of m16n8k16), Q = P (H16 / 4) with H16 / 4 as B (entries +-2^-2, exact; f16 accumulator).
+// Q's C fragment (rows g, g + 8; columns c = 8 h + 2 q + e) goes to sigma = 16 (4 h + q) + 2 j + e: for 4 tiles j = 4
+// jh + jj the lane's pairs fill one 16-byte chunk (8 h + 2 q + jh) per (row, h).
 // All 24 trellis words of the lane are loaded before the first decode.
 template <int CB, int K2>
 __device__ __forceinline__ void tc_phase1(const ReconstructParams& p, const TcTile& x, int warp, int lane,
@@ -114,7 +116,6 @@ __device__ __forceinline__ void tc_phase1(const ReconstructParams& p, const TcTi
       uint32_t frag[4];
       if (jh == 0) decode_window_fragments<CB, K2>(wa[jj][0], wa[jj][1], wa[jj][2], r, frag, dk);
       else decode_window_fragments<CB, K2>(wb[jj][0], wb[jj][1], wb[jj][2], r, frag, dk);
-#if EXL3_RECONSTRUCT_BF16_F16ACC
       uint32_t pa[4];
       mma_16816_f16_z(pa + 0, ha, frag[0], frag[1]);
       mma_16816_f16_z(pa + 2, ha, frag[2], frag[3]);
@@ -125,20 +126,6 @@ __device__ __forceinline__ void tc_phase1(const ReconstructParams& p, const TcTi
         qw[0][h][jj] = c[0];
         qw[1][h][jj] = c[1];
       }
-#else
-      float pk[2][4];
-      mma_16816_z(pk[0], ha, frag[0], frag[1]);
-      mma_16816_z(pk[1], ha, frag[2], frag[3]);
-      const uint32_t pa[4] = {pack2_rn<false>(pk[0][0], pk[0][1]), pack2_rn<false>(pk[0][2], pk[0][3]),
-                              pack2_rn<false>(pk[1][0], pk[1][1]), pack2_rn<false>(pk[1][2], pk[1][3])};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float c[4];
-        mma_16816_z(c, pa, hb[h][0], hb[h][1]);
-        qw[0][h][jj] = pack2_rn<false>(c[0], c[1]);
-        qw[1][h][jj] = pack2_rn<false>(c[2], c[3]);
-      }
-#endif
     }
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
@@ -148,18 +135,18 @@ __device__ __forceinline__ void tc_phase1(const ReconstructParams& p, const TcTi
   }
 }
 
-// Resident blocks per SM asked of ptxas: 4 (64 registers, 32 warps per SM; shared memory would allow 6). Measured on the
-// H200 (K = 4 mcg, bench_reconstruct, bench/results/profiles/reconstruct-s11/parts-call7-tcr-vs-4blocks.txt, us, two
-// rounds in one call) against 3 blocks (80 registers): 4096 x 4096 16.0-16.1 vs 17.7, 4096 x 11008 38.6 vs 42.4,
+// Resident blocks per SM asked of ptxas: 4 (64 registers, 32 warps per SM; shared memory would allow 6). Measured on
+// the H200 (K = 4 mcg, bench_reconstruct, bench/results/profiles/reconstruct-s11/parts-call7-tcr-vs-4blocks.txt, us,
+// two rounds in one call) against 3 blocks (80 registers): 4096 x 4096 16.0-16.1 vs 17.7, 4096 x 11008 38.6 vs 42.4,
 // 5120 x 12288 52.0-52.1 vs 56.6-56.8, 17408 x 5120 71.2-71.5 vs 76.6-77.0, qkv 25.4-25.6 vs 26.2-26.8; ptxas then
 // spilled 8 bytes per thread at K = 4 (mcg; up to 76 bytes in other K paths of the all-K build; none since the fp16
-// accumulators, above). The first build of this kernel spilled 116 bytes at 64 registers and lost (20.5 us on
-// 4096 x 4096); the 4-word table and the range split of the review made the difference. 2 blocks (128 registers)
-// measured 18.5 / 50.2 us on 4096 x 4096 / 4096 x 11008. Persistent variants (each block walking several super-tiles)
-// measured the same or slower: with double-buffered shared memory 18.5 / 43.7 us, loading the next super-tile's
-// trellis into registers during phase 2 21.9 / 49.2 (spills); in the seventeenth session, each warp copying its next
-// trellis row into shared memory by cp.async during phase 2 (no spills): the same on 4096 x 4096 and qkv, 3-6% slower
-// on the three large shapes (profiles/reconstruct-s17/call2). So one super-tile per block it is.
+// accumulators and the closed-form signs, above). The first build of this kernel spilled 116 bytes at 64 registers and
+// lost (20.5 us on 4096 x 4096); the 4-word table and the range split of the review made the difference. 2 blocks (128
+// registers) measured 18.5 / 50.2 us on 4096 x 4096 / 4096 x 11008. Persistent variants (each block walking several
+// super-tiles) measured the same or slower: with double-buffered shared memory 18.5 / 43.7 us, loading the next
+// super-tile's trellis into registers during phase 2 21.9 / 49.2 (spills); in the seventeenth session, each warp
+// copying its next trellis row into shared memory by cp.async during phase 2 (no spills): the same on 4096 x 4096 and
+// qkv, 3-6% slower on the three large shapes (profiles/reconstruct-s17/call2). So one super-tile per block it is.
 #ifndef EXL3_RECONSTRUCT_BF16_MIN_BLOCKS
 #define EXL3_RECONSTRUCT_BF16_MIN_BLOCKS 4
 #endif
@@ -251,17 +238,11 @@ __global__ void __launch_bounds__(256, EXL3_RECONSTRUCT_BF16_MIN_BLOCKS)
       uint32_t b1f[4];
       if (cph == 0) ldmatrix_x4_trans_at<0>(b1f, ld[cpl]);
       else ldmatrix_x4_trans_at<128>(b1f, ld[cpl]);
-#if EXL3_RECONSTRUCT_BF16_F16ACC
-      uint32_t a2f[4];  // T for column blocks 0 and 1 as fp16 pairs (rows as below)
+      // T for column blocks 0 and 1 (a2f[0..1], a2f[2..3]), fp16 pairs: rows (e', w) = (0, g), (1, g); columns
+      // kappa2 = 8 blk + 2q, +1; as D fragments they are MMA 2's A operand.
+      uint32_t a2f[4];
       mma_16816_f16_z(a2f + 0, a1f, b1f[0], b1f[1]);
       mma_16816_f16_z(a2f + 2, a1f, b1f[2], b1f[3]);
-#else
-      float t0[4], t1[4];  // T for column blocks 0 and 1: rows (e', w) = (0, g), (1, g); columns kappa2 = 8 blk + 2q, +1
-      mma_16816_z(t0, a1f, b1f[0], b1f[1]);
-      mma_16816_z(t1, a1f, b1f[2], b1f[3]);
-      const uint32_t a2f[4] = {pack2_rn<false>(t0[0], t0[1]), pack2_rn<false>(t0[2], t0[3]),
-                               pack2_rn<false>(t1[0], t1[1]), pack2_rn<false>(t1[2], t1[3])};
-#endif
       const uint4 bw = tbl[32 * cp];
       float u0[4], u1[4];  // output half bh = 0, 1: rows as T; columns 16 (4 bh + q) + 2 cp, + 1
       mma_16816_z(u0, a2f, bw.x, bw.y);

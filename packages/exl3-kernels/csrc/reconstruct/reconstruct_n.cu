@@ -115,8 +115,8 @@ __device__ __forceinline__ void reconstruct_n_row(const ReconstructParams& p, co
   }
 }
 
-// Resident blocks per SM asked of ptxas: 3 (80 registers; ptxas spills 4 bytes in the mcg instances and 24 in the
-// 3inst ones, none for mul1; the A/B below measured mcg only). At 2 it
+// Resident blocks per SM asked of ptxas: 3 (80 registers; no spills since the closed-form H16 signs of hadamard.cuh,
+// 85ea7a7: before, 4 bytes in the mcg and 3inst instances, none for mul1; the A/B below measured mcg only). At 2 it
 // used 96-102 registers with 13.7 of 16 warps active (profiles/ncu-reconstruct_n-8050a45.txt). Measured A/B in
 // one call on the H200 (2026-11-30, bench/results/profiles/gemm-ab-rn3-0ea6052.md): W_n for 4096x11008 K=4
 // 46.1 -> 39.7 us; op time 7 us lower on 4096x11008 at m = 512..2048 and 14 / 48 us lower on 17408x5120 at

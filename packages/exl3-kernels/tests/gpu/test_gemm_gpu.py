@@ -774,8 +774,9 @@ def test_reconstruct_weight_vs_torch(kernel):
     ref = {"fp16": exact, "bf16": model("tc"), "bf16_unaligned": model("hi")}[kernel]
     dtype = torch.float16 if kernel == "fp16" else torch.bfloat16
     ulp = 2.0 ** -10 if dtype == torch.float16 else 2.0 ** -7  # worst-case relative ulp
-    # Where the GPU's fp32 MMA sum (exact or within an fp32 ulp) and the model's exact sum straddle an fp16 rounding
-    # boundary, that intermediate moves by one fp16 ulp (<= 2^-10 of its largest magnitude); its effect on an output:
+    # Where the GPU's MMA sum (fp32, or for reconstruct_bf16's P, Q and T an f16 accumulator whose internal rounding the
+    # PTX ISA leaves unspecified) and the model's exact sum round to different sides of an fp16 rounding boundary, that
+    # intermediate moves by one fp16 ulp (<= 2^-10 of its largest magnitude); its effect on an output:
     #   P: 2^-10 p_max / 4 |suh| |svh| / 32 (through Q and T), Q: 2^-10 q_max |suh| |svh| / 32, T: 2^-10 t_max |svh| / 32
     # (reconstruct.cu's P: 2^-10 p_max |suh| |svh| / 128). Two flips of each kind are allowed per output.
     if kernel == "fp16":

@@ -22,12 +22,6 @@ __device__ __forceinline__ void bfly(float& lo, float& hi) {
   hi = a - b;
 }
 
-// H16[r][c] = (-1)^popcount(r & c) as fp16 bits (+1.0 = 0x3C00, -1.0 = 0xBC00: exact), for the tensor-core parts of
-// the reconstruct kernels. Fragment layouts: mma.cuh (g = lane / 4, q = lane % 4).
-// kOne: the fp16 bits of the entries' magnitude (0x3C00 = 1; reconstruct_bf16.cu uses 0x3400 = 1/4, still exact).
-template <uint32_t kOne = 0x3C00u>
-__device__ __forceinline__ uint32_t h16_entry(int r, int c) { return (__popc(r & c) & 1) ? (kOne | 0x8000u) : kOne; }
-
 // fp16 bits of +-x: the sign of H[i][j] = (-1)^popcount(i & j) applied to the fp16 value x (exact; reconstruct_bf16.cu's
 // scaled H8 operands).
 __device__ __forceinline__ uint32_t h_sign(uint32_t x16, int i, int j) {
@@ -43,18 +37,19 @@ __device__ __forceinline__ uint32_t h16_pair_signs(int lane) {
   return (static_cast<uint32_t>(__popc(g & (2 * q)) & 1) * 0x80008000u) ^ (static_cast<uint32_t>(g & 1) << 31);
 }
 
-// A fragment of H16: a0 = rows g, cols 2q, 2q+1; a1 = rows g+8; a2 = cols +8; a3 = both. By h16_pair_signs a1 = a2 =
-// a0 and a3 = -a0 (the entrywise definition h16_entry gives the same; a GPU test of every reconstruct kernel covers it).
-template <uint32_t kOne = 0x3C00u>
+// A fragment of H16 (entries +-1 = fp16 0x3C00 / 0xBC00, exact): a0 = rows g, cols 2q, 2q+1; a1 = rows g+8; a2 = cols
+// +8; a3 = both. By h16_pair_signs a1 = a2 = a0 and a3 = -a0 (tests/test_kernel_reconstruct_math.py checks the closed
+// form against (-1)^popcount(r & c) for every lane; the GPU tests of every reconstruct kernel cover it).
 __device__ __forceinline__ void h16_a_fragment(int lane, uint32_t a[4]) {
-  const uint32_t x = (kOne * 0x10001u) ^ h16_pair_signs(lane);
+  const uint32_t x = 0x3C003C00u ^ h16_pair_signs(lane);
   a[0] = x;
   a[1] = x;
   a[2] = x;
   a[3] = x ^ 0x80008000u;
 }
 
-// B fragment of H16[:, 8h .. 8h+7] (entries +-kOne): b0 = rows 2q, 2q+1 of column g' = 8h + g, b1 = rows 2q+8, 2q+9.
+// B fragment of H16[:, 8h .. 8h+7], h = 0 or 1 (entries +-kOne: the fp16 bits of the magnitude, 0x3C00 = 1;
+// reconstruct_bf16.cu uses 0x3400 = 1/4, still exact): b0 = rows 2q, 2q+1 of column g' = 8h + g, b1 = rows 2q+8, 2q+9.
 // b0's signs are parity(2q & g') = parity(2q & g) and that plus g & 1, i.e. h16_pair_signs; b1 adds bit 3 of g' = h.
 template <uint32_t kOne = 0x3C00u>
 __device__ __forceinline__ void h16_b_fragment(int lane, int h, uint32_t& b0, uint32_t& b1) {

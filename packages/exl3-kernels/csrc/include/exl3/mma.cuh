@@ -1,10 +1,11 @@
 // Thin wrappers over the PTX instructions the kernels are built from: cp.async (global -> shared,
-// 16 bytes, with zero fill), ldmatrix.x4 and mma.sync.m16n8k16 (fp16 x fp16 -> fp32). All exist on
-// sm_80 .. sm_120. Fragment layouts are those of the PTX ISA, "Matrix Fragments for mma.m16n8k16 with
-// floating point type": with g = lane / 4 and q = lane % 4,
+// 16 bytes, with zero fill), ldmatrix.x4 and mma.sync.m16n8k16 (fp16 x fp16 -> fp32, and -> fp16 for
+// mma_16816_f16_z). All exist on sm_80 .. sm_120. Fragment layouts are those of the PTX ISA, "Matrix
+// Fragments for mma.m16n8k16 with floating point type": with g = lane / 4 and q = lane % 4,
 //   A (16x16, row-major):  a0 = A[g][2q..2q+1]   a1 = A[g+8][2q..]   a2 = A[g][2q+8..]   a3 = A[g+8][2q+8..]
 //   B (16x8,  "col"):      b0 = B[2q..2q+1][g]   b1 = B[2q+8..2q+9][g]
 //   C (16x8,  fp32):       c0,c1 = C[g][2q..2q+1]   c2,c3 = C[g+8][2q..2q+1]
+//   C (16x8,  fp16):       the same four values as two half2 registers: {c0,c1}, {c2,c3}
 #pragma once
 #include <cstdint>
 
@@ -75,10 +76,10 @@ __device__ __forceinline__ void mma_16816_z(float d[4], const uint32_t a[4], uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
 }
 
-// D = A B as fp16 (f16 accumulator, zero C): d0 = D[g][2q..2q+1], d1 = D[g+8][2q..2q+1] packed as half2, i.e. the
-// C fragment above already in the 32-bit layout of an A / B fragment of the next MMA. Used where the next stage rounds
-// the product to fp16 anyway (reconstruct_bf16.cu); whether the hardware's fp16 result equals the fp32 one rounded to
-// nearest is implementation-defined in the PTX ISA, so the callers' GPU tests check it against a model of RN rounding.
+// D = A B as fp16 (f16 accumulator, zero C): d0 = D[g][2q..2q+1], d1 = D[g+8][2q..2q+1], each a half2 with the lower
+// column in the low half, i.e. registers 0 / 1 of the next MMA's A fragment (the C -> A identity). The PTX ISA only
+// says that the accumulation "is performed with at least half precision" (order, rounding and subnormal handling
+// unspecified): callers that need round-to-nearest hold it to a model of that in their GPU tests (reconstruct_bf16.cu).
 __device__ __forceinline__ void mma_16816_f16_z(uint32_t d[2], const uint32_t a[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%0,%1}, {%2,%3,%4,%5}, {%6,%7}, {%8,%8};\n"
