@@ -4,10 +4,12 @@ The kernel never runs here, so this test re-states per thread what one block doe
 phase 1 (warp w = tile row w: P = H16 Ŵ_tile, P's C fragments as A, Q = P H16 / 4, fp16 Q into the swizzled
 shared buffer with 16-byte stores), the table of MMA 2's B words (svh / 32 with H8 signs), phase 2 (warp v = rows
 r in {2v, 2v + 1}: ldmatrix.x4.trans of Q, MMA 1 with suh (x) H8 as A, T rounded to fp16 as A of MMA 2, bf16
-rounding, staging in the warp's own rows, copy-out of whole rows). It checks that the result is
+rounding, staging in the warp's own rows as two boxes of W's tensor map in the TMA unit's 128-byte swizzle, the copy-out
+either as the TMA unit would do it (box lines to W rows) or by the sm_80 LDS / STG code). It checks that the result is
 diag(suh) H128 Ŵ H128 diag(svh) / 128 with fp16 roundings of P, Q and T (the arithmetic the file documents), that
-every output is written once, that phase 2 reads only what phase 1 wrote, and that every shared-memory access pattern
-is bank-conflict-free as the header claims. Fragment layouts: csrc/include/exl3/mma.cuh (PTX ISA, "Matrix Fragments
+every output is written once, that phase 2 reads only what phase 1 wrote, that the in-place staging of each half of
+phase 2 overwrites only chunks that half has already read, and that every shared-memory access pattern is
+bank-conflict-free as the header claims. Fragment layouts: csrc/include/exl3/mma.cuh (PTX ISA, "Matrix Fragments
 for mma.m16n8k16"); ldmatrix .trans: lane (g, q) of matrix i receives rows 2q, 2q + 1 of column g.
 """
 from __future__ import annotations
@@ -74,6 +76,32 @@ def swz(rho):
     return (rho & 7) ^ ((rho & 1) << 2) ^ ((rho >> 3) & 1)
 
 
+def s_mask(rho):
+    """S(rho) of the header: swz with its bit 0 copied to bit 3."""
+    z = swz(rho)
+    return z ^ ((z & 1) << 3)
+
+
+def phys_chunk(lc, rho):
+    """Physical 16-byte chunk of logical chunk lc = (cph, cpl1, cpl0, bhi) in row rho: B(lc) ^ S(rho)."""
+    cph, cpl, bhi = lc >> 3, (lc >> 1) & 3, lc & 1
+    return ((bhi << 3) | (cpl << 1) | (bhi ^ cph)) ^ s_mask(rho)
+
+
+def tma_store_box(smem, base, c0, G0, e0, out):
+    """What one cp.async.bulk.tensor.3d store of W's map (box 64 x 8 x 2, SWIZZLE_128B) writes: box line L = G' + 8 e2'
+    at smem base + 128 L, chunk c at c ^ (L & 7) (bits 4-6 ^ bits 7-9 of a 1024-byte aligned address), to W row
+    16 (G0 + G') + e0 + e2', columns c0 + 8 c .. + 7."""
+    assert base % 1024 == 0
+    for L in range(16):
+        for c in range(8):
+            a = base + 128 * L + 16 * ((c ^ L) & 7)
+            vals = smem.v[a // 2:a // 2 + 8]
+            row = 16 * (G0 + (L & 7)) + e0 + (L >> 3)
+            assert np.isnan(out[row, c0 + 8 * c:c0 + 8 * c + 8]).all(), "an output written twice"
+            out[row, c0 + 8 * c:c0 + 8 * c + 8] = vals
+
+
 def sign(i, j):
     return np.where(parity(np.asarray(i) & np.asarray(j)) == 1, -1.0, 1.0)
 
@@ -83,30 +111,41 @@ class Smem:
 
     def __init__(self):
         self.v = np.full(128 * 128, np.nan)
+        self.read = np.zeros(128 * 128, dtype=bool)  # slots read by phase 2's ldmatrix (reset per half)
         self.log: list[tuple[str, np.ndarray]] = []
         self.owner: list[int | None] = []  # the phase-2 warp of each access (None in phase 1)
 
     def st16(self, kind, addr, vals, warp=None):  # addr [32] bytes, vals [32, 8]
         self.log.append((kind, addr.copy()))
         self.owner.append(warp)
+        if kind == "stage":
+            for a in addr:
+                assert self.read[a // 2:a // 2 + 8].all(), "staging overwrote Q that this half has not read"
         for lane in range(32):
             self.v[addr[lane] // 2:addr[lane] // 2 + 8] = vals[lane]
 
     def ld16(self, kind, addr, warp=None):
         self.log.append((kind, addr.copy()))
         self.owner.append(warp)
+        if kind == "ldsm":
+            for a in addr:
+                self.read[a // 2:a // 2 + 8] = True
         return np.stack([self.v[a // 2:a // 2 + 8] for a in addr])
 
 
-def emulate(W, suh, svh, smem: Smem):
+def emulate(W, suh, svh, smem: Smem, tma: bool = True):
     ha = np.stack([np.stack([sign(r, c), sign(r, c + 1)], -1) for r, c in
                    zip([G, G + 8, G, G + 8], [2 * Q, 2 * Q, 2 * Q + 8, 2 * Q + 8])], 1)
     hb = [np.stack([np.stack([sign(2 * Q, 8 * hh + G), sign(2 * Q + 1, 8 * hh + G)], -1),
                     np.stack([sign(2 * Q + 8, 8 * hh + G), sign(2 * Q + 9, 8 * hh + G)], -1)], 1) / 4 for hh in range(2)]
     for w in range(8):  # phase 1
-        st_off = (8 * G + w) * 256 + (((2 * Q) ^ swz(8 * G + w)) << 4)  # row 8 g + w, chunk 2 q
-        st0, st1 = st_off, st_off ^ 16  # jh = 1 flips chunk bit 0; rr = 1: + 16384 (64 rows)
-        st_addr = {(0, 0): st0, (0, 1): st1, (1, 0): st0 + 16384, (1, 1): st1 + 16384}
+        st_off = (8 * G + w) * 256 + (((2 * Q) ^ s_mask(8 * G + w)) << 4)  # row 8 g + w, logical chunk 2 q
+        st0, st1 = st_off, st_off ^ 144  # jh = 1 flips physical bits 3 and 0, h = 1 bit 0; rr = 1: + 16384 (64 rows)
+        st = {(0, 0): st0, (0, 1): st0 ^ 16, (1, 0): st1, (1, 1): st1 ^ 16}  # the kernel's st[jh][h]
+        st_addr = {(rr, jh, hh): st[jh, hh] + 16384 * rr for rr in range(2) for jh in range(2) for hh in range(2)}
+        for (rr, jh, hh), addr in st_addr.items():  # the kernel's addresses are the header's mapping
+            rho = 8 * (G + 8 * rr) + w
+            assert (addr == rho * 256 + (phys_chunk(8 * hh + 2 * Q + jh, rho) << 4)).all()
         for jh in range(2):
             qw = np.zeros((2, 2, 4, 32, 2))
             for jj in range(4):
@@ -119,7 +158,7 @@ def emulate(W, suh, svh, smem: Smem):
                     qw[0, hh, jj], qw[1, hh, jj] = to_fp16(pairs(c, 0, 1)), to_fp16(pairs(c, 2, 3))
             for rr in range(2):
                 for hh in range(2):
-                    smem.st16("p1", st_addr[rr, jh] + 128 * hh, qw[rr, hh].transpose(1, 0, 2).reshape(32, 8))
+                    smem.st16("p1", st_addr[rr, jh, hh], qw[rr, hh].transpose(1, 0, 2).reshape(32, 8))
     # MMA 2's B words, per thread t = 32 cp + lane: [cp][lane][bh] -> (two fp16 halves)
     table = np.zeros((8, 32, 2, 2))
     for t in range(256):
@@ -136,15 +175,19 @@ def emulate(W, suh, svh, smem: Smem):
         a1[:, 3] = np.stack([sign(G, 2 * Q), sign(G, 2 * Q + 1)], -1) * su[1][:, None]
         lane = np.arange(32)
         rho_l = 16 * v + 8 * ((lane >> 3) & 1) + (lane & 7)
-        ld_off = rho_l * 256 + (((lane >> 4) ^ swz(rho_l)) << 4)
+        ld_off = rho_l * 256 + (((9 * (lane >> 4)) ^ s_mask(rho_l)) << 4)
         ld_addr = [ld_off ^ (32 * cpl) for cpl in range(4)]
-        so_off = (16 * v + G) * 256 + ((Q ^ swz(16 * v + G)) << 4)
-        so_addr = {(e, bh): ((so_off ^ (64 * bh)) + 2048 * e) ^ (16 * e) for e in range(2) for bh in range(2)}
+        wbase = 4096 * v
+        so0 = wbase + 128 * G + (((2 * Q) ^ G) << 4)
+        so_addr = {(e, bh): so0 + 2048 * bh + 1024 * e for e in range(2) for bh in range(2)}
         for cph in range(2):
+            smem.read[:] = False
             ow = np.zeros((2, 2, 4, 32, 2))
             for cpl in range(4):
                 cp = 4 * cph + cpl
-                rows = smem.ld16("ldsm", ld_addr[cpl] + 128 * cph, v)  # [32 lanes' rows, 8 values]
+                ld = ld_addr[cpl] ^ (16 * cph)
+                assert (ld == rho_l * 256 + (phys_chunk(2 * cp + (lane >> 4), rho_l) << 4)).all()
+                rows = smem.ld16("ldsm", ld, v)  # [32 lanes' rows, 8 values]
                 assert not np.isnan(rows).any(), "phase 2 read a slot phase 1 did not write"
                 regs = []
                 for mi in range(4):  # .trans: lane (g, q) gets rows 2q, 2q+1 of column g of matrix mi
@@ -159,17 +202,20 @@ def emulate(W, suh, svh, smem: Smem):
                     ow[0, bh, cpl], ow[1, bh, cpl] = to_bf16(pairs(u, 0, 1)), to_bf16(pairs(u, 2, 3))
             for e in range(2):
                 for bh in range(2):
-                    smem.st16("stage", so_addr[e, bh] + 128 * cph, ow[e, bh].transpose(1, 0, 2).reshape(32, 8), v)
-        hl, sc16 = lane >> 4, lane & 15
-        co_off = (16 * v + hl) * 256 + ((sc16 ^ (5 * hl)) << 4)
-        gcol = 16 * (sc16 & 7) + 8 * (sc16 >> 3)
+                    smem.st16("stage", so_addr[e, bh] ^ (16 * cph), ow[e, bh].transpose(1, 0, 2).reshape(32, 8), v)
+        if tma:  # lane 0: two stores, (c0, G0, e0) = (64 bh, 8 kb = 0, 2 v)
+            for bh in range(2):
+                tma_store_box(smem, wbase + 2048 * bh, 64 * bh, 0, 2 * v, out)
+            continue
+        qw_, cq = lane >> 3, lane & 7  # sm_80 copy-out: quarter warp qw reads line 4 i + qw, chunk cq
         for i in range(8):
-            c_i = ((2 * i & 7) ^ (i >> 2)) << 4
-            vals = smem.ld16("copy", (co_off + 512 * i) ^ c_i, v)
-            row = 2 * v + 16 * hl + 32 * (i & 3) + (i >> 2)
+            lg = 4 * i + qw_
+            bh, e, gg = lg >> 4, (lg >> 3) & 1, lg & 7
+            vals = smem.ld16("copy", wbase + 128 * lg + ((cq ^ gg) << 4), v)
+            row, col = 16 * gg + 2 * v + e, 64 * bh + 8 * cq
             for ln in range(32):
-                assert np.isnan(out[row[ln], gcol[ln]:gcol[ln] + 8]).all(), "an output written twice"
-                out[row[ln], gcol[ln]:gcol[ln] + 8] = vals[ln]
+                assert np.isnan(out[row[ln], col[ln]:col[ln] + 8]).all(), "an output written twice"
+                out[row[ln], col[ln]:col[ln] + 8] = vals[ln]
     return out
 
 
@@ -181,14 +227,14 @@ def model(W, suh, svh):
     return to_bf16(T @ np.kron(H8, np.eye(16)) * to_fp16(svh / 32)[None, :])
 
 
-@pytest.fixture(scope="module")
-def run():
+@pytest.fixture(scope="module", params=[True, False], ids=["tma", "lds-stg"])
+def run(request):
     rng = np.random.default_rng(7)
     W = to_fp16(rng.standard_normal((128, 128)))  # decoded values are fp16
     suh = to_fp16(rng.uniform(0.02, 0.06, 128) * rng.choice([-1, 1], 128))  # the range real checkpoints have
     svh = to_fp16(rng.uniform(0.6, 1.8, 128) * rng.choice([-1, 1], 128))
     smem = Smem()
-    return W, suh, svh, emulate(W, suh, svh, smem), smem
+    return W, suh, svh, emulate(W, suh, svh, smem, tma=request.param), smem
 
 
 def test_bf16_lane_math_gives_the_transformed_weight(run):
@@ -205,12 +251,21 @@ def test_bf16_lane_math_gives_the_transformed_weight(run):
 def test_bf16_shared_memory_accesses_are_conflict_free(run):
     *_, smem = run
     kinds = {k for k, _ in smem.log}
-    assert kinds == {"p1", "ldsm", "stage", "copy"}
+    assert kinds <= {"p1", "ldsm", "stage", "copy"} and {"p1", "ldsm", "stage"} <= kinds
     for kind, addr in smem.log:
         assert (addr % 16 == 0).all()
         # 16-byte accesses are served a quarter warp at a time; ldmatrix.x4 one 8x8 matrix (8 row addresses) at a time
         for a in (addr[8 * i:8 * i + 8] for i in range(4)):
             assert len(set(((a // 16) % 8).tolist())) == 8, f"{kind}: bank conflict {a}"
+
+
+def test_bf16_physical_chunk_parity_is_the_half():
+    """The in-place staging needs bit 0 ^ bit 3 of every physical chunk to be cph, for every row."""
+    for rho in range(128):
+        for lc in range(16):
+            p = phys_chunk(lc, rho)
+            assert ((p & 1) ^ (p >> 3)) == lc >> 3
+        assert sorted(phys_chunk(lc, rho) for lc in range(16)) == list(range(16))
 
 
 def test_bf16_phase2_warps_touch_only_their_own_rows(run):

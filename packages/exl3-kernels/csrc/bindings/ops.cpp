@@ -404,7 +404,8 @@ int64_t reconstruct_setup(exl3::ReconstructParams& p, const char* op, const std:
 
 // Shared by reconstruct (allocating) and reconstruct_out (into a caller-owned workspace).
 void reconstruct_into(Tensor& w, const std::vector<Tensor>& trellis, const std::vector<Tensor>& suh,
-                      const std::vector<Tensor>& svh, int64_t codebook, int64_t col_begin, int64_t col_end, bool transform) {
+                      const std::vector<Tensor>& svh, int64_t codebook, int64_t col_begin, int64_t col_end, bool transform,
+                      bool tma) {
   const at::ScalarType dtype = w.scalar_type();
   TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "exl3_kernels.reconstruct: dtype must be fp16 or bf16, got ", dtype);
   exl3::ReconstructParams p{};
@@ -422,6 +423,7 @@ void reconstruct_into(Tensor& w, const std::vector<Tensor>& trellis, const std::
     p.suh[i] = reinterpret_cast<const uint16_t*>(s.data_ptr());
   }
   p.transform = transform ? 1 : 0;
+  p.tma = tma ? 1 : 0;
   check_aligned(w, 8, "reconstruct", "w");
   p.w = w.data_ptr();
   p.w_bf16 = dtype == at::kBFloat16;
@@ -473,20 +475,21 @@ Tensor output_transform(const Tensor& acc, const std::vector<Tensor>& svh, const
 }
 
 Tensor reconstruct(const std::vector<Tensor>& trellis, const std::vector<Tensor>& suh, const std::vector<Tensor>& svh,
-                   int64_t codebook, int64_t col_begin, int64_t col_end, at::ScalarType dtype, bool transform) {
+                   int64_t codebook, int64_t col_begin, int64_t col_end, at::ScalarType dtype, bool transform, bool tma) {
   TORCH_CHECK(!trellis.empty() && trellis[0].dim() == 3, "exl3_kernels.reconstruct: no (3-D) trellis tensors");
   int64_t n_total = 0;
   for (const auto& t : trellis) n_total += t.dim() == 3 ? t.size(1) * 16 : 0;
   const int64_t end = col_end < 0 ? n_total : col_end;
   TORCH_CHECK(end >= col_begin, "exl3_kernels.reconstruct: empty or inverted column range [", col_begin, ", ", end, ")");
   Tensor w = at::empty({trellis[0].size(0) * 16, end - col_begin}, trellis[0].options().dtype(dtype));
-  reconstruct_into(w, trellis, suh, svh, codebook, col_begin, end, transform);
+  reconstruct_into(w, trellis, suh, svh, codebook, col_begin, end, transform, tma);
   return w;
 }
 
 void reconstruct_out(Tensor& out, const std::vector<Tensor>& trellis, const std::vector<Tensor>& suh,
-                     const std::vector<Tensor>& svh, int64_t codebook, int64_t col_begin, int64_t col_end, bool transform) {
-  reconstruct_into(out, trellis, suh, svh, codebook, col_begin, col_end, transform);
+                     const std::vector<Tensor>& svh, int64_t codebook, int64_t col_begin, int64_t col_end, bool transform,
+                     bool tma) {
+  reconstruct_into(out, trellis, suh, svh, codebook, col_begin, col_end, transform, tma);
 }
 
 // Ŵ^T[col_begin:col_end, :] (decoded trellis, no transforms) as fp16 [col_end - col_begin, k] into `out`: the
@@ -588,10 +591,12 @@ TORCH_LIBRARY(exl3_kernels, m) {
         "Tensor acc, ScalarType out_dtype, bool pdl=False) -> Tensor");
   // `acc` as in gemm: read, then re-zeroed (left as the workspace contract wants it), hence immutable.
   m.def("output_transform(Tensor acc, Tensor[] svh, Tensor? bias, int m, ScalarType out_dtype) -> Tensor");
+  // `tma` (bf16 W with transforms, sm_90+): the copy-out of reconstruct_bf16.cu by TMA stores; False keeps its
+  // LDS / STG copy-out (the sm_80 code) for comparison. Same values either way.
   m.def("reconstruct(Tensor[] trellis, Tensor[] suh, Tensor[] svh, int codebook, int col_begin, int col_end, "
-        "ScalarType dtype, bool transform) -> Tensor");
+        "ScalarType dtype, bool transform, bool tma=True) -> Tensor");
   m.def("reconstruct_out(Tensor(a!) out, Tensor[] trellis, Tensor[] suh, Tensor[] svh, int codebook, int col_begin, "
-        "int col_end, bool transform) -> ()");
+        "int col_end, bool transform, bool tma=True) -> ()");
   // `pdl`: programmatic dependent launch (sm_90+): the kernel may start while the kernel before it on the stream runs
   // (it reads only the weights) and waits for that kernel at its end (reconstruct_n.cu).
   m.def("reconstruct_n_out(Tensor(a!) out, Tensor[] trellis, Tensor[] svh, int codebook, int col_begin, int col_end, "

@@ -34,24 +34,45 @@
 // §4.5). svh / 32 is exact in fp16 for |svh| >= 2^-9 (svh is a per-column RMS / mean, ~0.5-2, or exactly 0); smaller
 // columns lose relative precision in the subnormal range. suh itself is exact (a stored fp16 value times +-1).
 //
-// Shared memory: Q as fp16 in 128 rows of 256 bytes (no padding), 16-byte chunks XOR-swizzled:
+// Shared memory: Q as fp16 in 128 rows of 256 bytes (no padding), sixteen 16-byte chunks per row:
 //   smem row rho(k) = 8 r + w (r-major: the 8 rows that MMA 1 mixes are consecutive),
 //   column sigma(n) = 16 cp + 2 b + e for c = 2 cp + e (the 16 columns that MMA 2 mixes, c in {2 cp, 2 cp + 1}, sit in
-//   one 32-byte pair of chunks), chunk = sigma / 8, physical chunk = chunk ^ swz(rho),
-//   swz(rho) = (rho & 7) ^ ((rho & 1) << 2) ^ ((rho >> 3) & 1).
-// Bank groups (chunk mod 8) per quarter warp of every 16-byte access, all 8 distinct (checked in the CPU test):
-//  - phase-1 STS.128: rows 8 g + w for g in {2i, 2i + 1}, chunks 8 h + 2 q + jh: q covers bits 1-2, the g parity
-//    flips bit 0 through (rho >> 3) & 1;
+//   one pair of chunks), logical chunk lc = sigma / 8 = 2 cp + (b >> 2), i.e. bits (cph, cpl1, cpl0, bhi) for
+//   cp = 4 cph + cpl and bhi = b >> 2;
+//   physical chunk = B(lc) ^ S(rho) with B(lc) = (bhi, cpl1, cpl0, bhi ^ cph) (bit 3 .. bit 0) and
+//   S(rho) = swz | (swz & 1) << 3, swz(rho) = (rho & 7) ^ ((rho & 1) << 2) ^ ((rho >> 3) & 1).
+// So bit 0 ^ bit 3 of a physical chunk is cph (S flips both or neither): phase 2's first half (cph = 0) reads exactly
+// the chunks with bit 0 == bit 3 of each of the warp's rows, which is where the staged outputs of that half go (below).
+// Bank groups (physical chunk mod 8) per quarter warp of every 16-byte access, all 8 distinct (checked in the CPU test):
+//  - phase-1 STS.128: rows 8 g + w for g in {2i, 2i + 1}, lc = 8 h + 2 q + jh: q covers bits 1-2, the g parity flips
+//    bit 0 through (rho >> 3) & 1; jh flips bits 3 and 0 (^ 144 bytes), h bit 0 (^ 16);
 //  - phase-2 ldmatrix.x4.trans: per 8x8 matrix the rows 8 (2 v + e) + w', w' = 0..7, one chunk: rho & 7 runs over
-//    0..7 and x ^ ((x & 1) << 2) is a bijection;
-//  - output staging STS.128: rows 16 v + 8 e + g for g in {2i, 2i + 1}, chunks 8 cph + 4 bh + q: q covers bits 0-1,
-//    the g parity flips bit 2 (the (rho & 1) << 2 term);
-//  - copy-out LDS.128: one row, 8 consecutive chunks.
-// Global stores: each warp stages its 16 output rows in the rows of Q it alone read (rows 16 v .. 16 v + 15), then
-// writes them as whole rows: 16 lanes x 16 bytes = 256 contiguous bytes per row, 2 rows per STG.128 (whole sectors;
-// half-sector stores made reconstruct_t 2x slower, docs/kernels.md).
+//    0..7 and x ^ ((x & 1) << 2) is a bijection; cpl flips bits 1-2 (^ 32 cpl), cph bit 0 (^ 16);
+//  - output staging STS.128 (below): lines 8 e' + g for g in {2i, 2i + 1}, chunk (2 q + cph) ^ g: q covers bits 1-2,
+//    the g parity bit 0;
+//  - sm_80 copy-out LDS.128: one 128-byte line, its 8 chunks.
+// Output staging: each warp stages its 16 output rows x 128 columns (4 KB) in the 16 rows of Q it alone read (rows
+// 16 v .. 16 v + 15, 1024-byte aligned), as two 2 KB boxes of W's tensor map (encode_w_map: half bh = columns
+// 64 bh .. 64 bh + 63), each 16 lines of 128 bytes, line L = 8 e' + g holding W row 16 g + 2 v + e' of the super-tile,
+// chunk c' (columns 64 bh + 8 c' ..) at c' ^ (L & 7): the TMA unit's 128-byte swizzle (PTX ISA "Tensor-map swizzling
+// modes"; it XORs address bits 4-6 with bits 7-9, hence the 1024-byte alignment). In 256-byte Q rows: line L of half bh
+// is row 8 bh + 4 e' + g / 2, bytes 128 (g & 1) + 16 ((2 q + cph) ^ g): chunk 8 (g & 1) + ((2 q + cph) ^ g), whose bit 0
+// ^ bit 3 is cph, so the first half's staging overwrites only chunks the first half has read (and the second half's
+// only the rest). Global stores: on sm_90+ one TMA store per warp and half (cp.async.bulk.tensor.3d, 2 KB of whole
+// 128-byte rows, issued by lane 0 after a proxy fence); the warp waits only until the TMA unit has read the staging
+// (shared memory must outlive it), the writes to W drain in the background while the SM's other blocks compute. On
+// sm_80, or where the map cannot be encoded, LDS.128 + STG.128 per 128-byte line (a quarter warp writes one whole line).
+// Measured on the H200 (eighteenth session, bench/results/profiles/reconstruct-s18/): against the previous copy-out
+// (LDS / STG of 256-byte rows from a staging in Q's own swizzle) the kernel alone took 15.8 -> 14.5 us on 4096 x 4096,
+// 39.1 -> 34.9 on 4096 x 11008, 52.3 -> 45.9 on 5120 x 12288, 71.4 -> 62.0 on 17408 x 5120 and 24.4 -> 22.6 on the qkv
+// shape (-7 to -13%; bit-identical W), while this file's LDS / STG copy-out took 15.6 / 37.8 / 50.4 / 68.4 / 23.9: the
+// TMA stores, not the new layout, make most of the difference. Writing W alone (a memset) takes 10.9 / 27.6 / 38.2 /
+// 53.6 / 15.8 us. A TMA store of 16-byte pieces (a 5-d map over the previous staging) had been 2.3x slower
+// (seventeenth session): the unit wants whole 128-byte rows, hence this layout.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <cstring>
 
 #include "exl3/codebook.cuh"
 #include "exl3/dispatch.cuh"
@@ -59,6 +80,7 @@
 #include "exl3/mma.cuh"
 #include "exl3/params.h"
 #include "exl3/store.cuh"
+#include "exl3/tensor_map.h"
 #include "exl3/trellis.cuh"
 
 // The f16 accumulators for P, Q and T together with the closed-form H16 / H8 signs of hadamard.cuh (h16_pair_signs; one
@@ -77,6 +99,11 @@ constexpr int kTcTableBytes = 8 * 32 * 16;          // MMA 2's B operands: [cp][
 constexpr int kTcSmem = kTcQBytes + kTcTableBytes;  // 36864 bytes (under the 48 KB default: no opt-in)
 
 __device__ __forceinline__ int tc_swz(int rho) { return (rho & 7) ^ ((rho & 1) << 2) ^ ((rho >> 3) & 1); }
+// The row's XOR mask S(rho) of the header: swz with its bit 0 copied to bit 3 (keeps bit 0 ^ bit 3 of a chunk).
+__device__ __forceinline__ int tc_s(int rho) {
+  const int z = tc_swz(rho);
+  return z ^ ((z & 1) << 3);
+}
 
 // A super-tile: column block nb (absolute columns col_begin + 128 nb ..), k block kb, shard s.
 struct TcTile {
@@ -98,7 +125,9 @@ __device__ __forceinline__ void tc_load4(const ReconstructParams& p, const TcTil
 // accumulator: P's one rounding to fp16), whose D fragment (d0 = row g, d1 = row g + 8, columns 2q, 2q + 1) is P's A
 // fragment (C -> A identity of m16n8k16), Q = P (H16 / 4) with H16 / 4 as B (entries +-2^-2, exact; f16 accumulator).
 // Q's C fragment (rows g, g + 8; columns c = 8 h + 2 q + e) goes to sigma = 16 (4 h + q) + 2 j + e: for 4 tiles j = 4
-// jh + jj the lane's pairs fill one 16-byte chunk (8 h + 2 q + jh) per (row, h).
+// jh + jj the lane's pairs fill one 16-byte chunk (logical 8 h + 2 q + jh) per (row, h) at st[jh][h] (+ 16384 for
+// rows g + 8: an immediate). Four address registers: deriving h = 1's as st ^ 16 at each store made ptxas spill 4-8
+// bytes on sm_120 (none on sm_90).
 // All 24 trellis words of the lane are loaded before the first decode.
 template <int CB, int K2>
 __device__ __forceinline__ void tc_phase1(const ReconstructParams& p, const TcTile& x, int warp, int lane,
@@ -129,8 +158,13 @@ __device__ __forceinline__ void tc_phase1(const ReconstructParams& p, const TcTi
     }
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
-      sts128_at<0>(st[rr][jh], qw[rr][0][0], qw[rr][0][1], qw[rr][0][2], qw[rr][0][3]);
-      sts128_at<128>(st[rr][jh], qw[rr][1][0], qw[rr][1][1], qw[rr][1][2], qw[rr][1][3]);
+      if (rr == 0) {
+        sts128_at<0>(st[jh][0], qw[rr][0][0], qw[rr][0][1], qw[rr][0][2], qw[rr][0][3]);
+        sts128_at<0>(st[jh][1], qw[rr][1][0], qw[rr][1][1], qw[rr][1][2], qw[rr][1][3]);
+      } else {
+        sts128_at<16384>(st[jh][0], qw[rr][0][0], qw[rr][0][1], qw[rr][0][2], qw[rr][0][3]);
+        sts128_at<16384>(st[jh][1], qw[rr][1][0], qw[rr][1][1], qw[rr][1][2], qw[rr][1][3]);
+      }
     }
   }
 }
@@ -153,8 +187,9 @@ __device__ __forceinline__ void tc_phase1(const ReconstructParams& p, const TcTi
 // One block per 128 x 128 super-tile: blockIdx.x = column block (fastest), blockIdx.y = k block.
 template <int CB>
 __global__ void __launch_bounds__(256, EXL3_RECONSTRUCT_BF16_MIN_BLOCKS)
-    reconstruct_bf16_kernel(const __grid_constant__ ReconstructParams p) {
-  extern __shared__ __align__(16) uint8_t smem_b[];
+    reconstruct_bf16_kernel(const __grid_constant__ ReconstructParams p, const __grid_constant__ CUtensorMap wmap,
+                            int w_tma) {
+  extern __shared__ __align__(1024) uint8_t smem_b[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, v = warp;
   const int g = lane >> 2, q = lane & 3;
   const uint32_t sbase = smem_u32(smem_b);
@@ -186,16 +221,17 @@ __global__ void __launch_bounds__(256, EXL3_RECONSTRUCT_BF16_MIN_BLOCKS)
     reinterpret_cast<uint4*>(smem_b + kTcQBytes)[tid] = make_uint4(w2[0], w2[0], w2[1], w2[1] ^ 0x80008000u);
   }
 
-  // Phase 1: H16 as A, H16 / 4 as B; STS.128 at row 8 (g + 8 rr) + warp, chunk 2 q + jh, swizzled: jh = 1 flips chunk
-  // bit 0 (^ 16 bytes), rr = 1 is 64 rows further (+ 16384), h adds 8 chunks (+ 128, an immediate).
+  // Phase 1: H16 as A, H16 / 4 as B; STS.128 at row 8 (g + 8 rr) + warp, logical chunk 8 h + 2 q + jh: physical
+  // B = 2 q for h = jh = 0, jh = 1 flips bits 3 and 0 (^ 144 bytes), h = 1 flips bit 0 (^ 16), rr = 1 is 64 rows
+  // further (+ 16384; S(rho) depends on rho mod 16 only).
   {
     uint32_t ha[4], hb[2][2];
     h16_a_fragment(lane, ha);
 #pragma unroll
     for (int h = 0; h < 2; ++h) h16_b_fragment<0x3400u>(lane, h, hb[h][0], hb[h][1]);  // 0x3400 = 2^-2: Q = P H16 / 4
-    const uint32_t st_off = (8 * g + warp) * 256 + (((2 * q) ^ tc_swz(8 * g + warp)) << 4);
-    const uint32_t st0 = sbase + st_off, st1 = sbase + (st_off ^ 16u);
-    const uint32_t st[2][2] = {{st0, st1}, {st0 + 16384, st1 + 16384}};
+    const uint32_t st_off = (8 * g + warp) * 256 + (((2 * q) ^ tc_s(8 * g + warp)) << 4);
+    const uint32_t st0 = sbase + st_off, st1 = sbase + (st_off ^ 144u);
+    const uint32_t st[2][2] = {{st0, st0 ^ 16u}, {st1, st1 ^ 16u}};
     dispatch_k2<CB>(sh.K2, [&](auto k2) { tc_phase1<CB, decltype(k2)::value>(p, x, warp, lane, ha, hb, st); });
   }
   __syncthreads();
@@ -207,27 +243,19 @@ __global__ void __launch_bounds__(256, EXL3_RECONSTRUCT_BF16_MIN_BLOCKS)
   const uint32_t hs = h16_pair_signs(lane);
   const uint32_t a1f[4] = {(s0 * 0x10001u) ^ hs, 0u, 0u, (s1 * 0x10001u) ^ hs};
   // ldmatrix.x4.trans: lane l gives row w' = l & 7 of matrix mi = l >> 3 (e = mi & 1, blk = mi >> 1): smem row
-  // 16 v + 8 e + w', chunk 2 cp + blk; registers 0, 1 = B (b0, b1) of column block blk = 0, registers 2, 3 of blk = 1.
-  // With cp = 4 cph + cpl the physical chunk is 8 cph + ((blk ^ swz) ^ 2 cpl): byte offset ld0 ^ 32 cpl, cph an
-  // immediate (+ 128).
+  // 16 v + 8 e + w', logical chunk 2 cp + blk; registers 0, 1 = B (b0, b1) of column block blk = 0, registers 2, 3 of
+  // blk = 1. With cp = 4 cph + cpl the physical chunk is (9 blk ^ S(rho)) ^ 2 cpl ^ cph: byte offset ld0 ^ 32 cpl,
+  // cph = 1 ^ 16.
   uint32_t ld[4];
   {
     const int rho = 16 * v + 8 * ((lane >> 3) & 1) + (lane & 7);
-    const uint32_t ld0 = rho * 256 + (((lane >> 4) ^ tc_swz(rho)) << 4);
+    const uint32_t ld0 = rho * 256 + (((9 * (lane >> 4)) ^ tc_s(rho)) << 4);
 #pragma unroll
     for (int cpl = 0; cpl < 4; ++cpl) ld[cpl] = sbase + (ld0 ^ (32u * cpl));
   }
-  // Output staging: lane (g, q) holds rows 16 g + 2 v + e' (smem row 16 v + 8 e' + g) and, after 4 values of cp,
-  // columns 16 b + 8 cph .. + 7 of b = 4 bh + q: staged at chunk 8 cph + b of that row. From e' = 0, bh = 0: bh = 1
-  // flips chunk bit 2 (^ 64 bytes); e' = 1 is 8 rows further (+ 2048) and flips chunk bit 0 ((rho >> 3) & 1: ^ 16).
-  uint32_t so[2][2];
-  {
-    const uint32_t so0 = (16 * v + g) * 256 + ((q ^ tc_swz(16 * v + g)) << 4);
-#pragma unroll
-    for (int e = 0; e < 2; ++e)
-#pragma unroll
-      for (int bh = 0; bh < 2; ++bh) so[e][bh] = sbase + (((so0 ^ (64u * bh)) + 2048u * e) ^ (16u * e));
-  }
+  // Output staging (header): lane (g, q) holds W rows 16 g + 2 v + e' and, after 4 values of cp, columns 16 b + 8 cph
+  // .. + 7 of b = 4 bh + q: half bh's box (+ 2048 bh), line 8 e' + g (+ 1024 e'), chunk (2 q + cph) ^ g (cph ^ 16).
+  const uint32_t so0 = sbase + 4096u * v + 128 * g + (((2 * q) ^ g) << 4);
   const uint4* tbl = reinterpret_cast<const uint4*>(smem_b + kTcQBytes) + lane;  // + 32 cp
 #pragma unroll
   for (int cph = 0; cph < 2; ++cph) {
@@ -236,8 +264,7 @@ __global__ void __launch_bounds__(256, EXL3_RECONSTRUCT_BF16_MIN_BLOCKS)
     for (int cpl = 0; cpl < 4; ++cpl) {
       const int cp = 4 * cph + cpl;
       uint32_t b1f[4];
-      if (cph == 0) ldmatrix_x4_trans_at<0>(b1f, ld[cpl]);
-      else ldmatrix_x4_trans_at<128>(b1f, ld[cpl]);
+      ldmatrix_x4_trans_at<0>(b1f, cph == 0 ? ld[cpl] : ld[cpl] ^ 16u);
       // T for column blocks 0 and 1 (a2f[0..1], a2f[2..3]), fp16 pairs: rows (e', w) = (0, g), (1, g); columns
       // kappa2 = 8 blk + 2q, +1; as D fragments they are MMA 2's A operand.
       uint32_t a2f[4];
@@ -252,39 +279,96 @@ __global__ void __launch_bounds__(256, EXL3_RECONSTRUCT_BF16_MIN_BLOCKS)
       ow[0][1][cpl] = pack2_rn<true>(u1[0], u1[1]);
       ow[1][1][cpl] = pack2_rn<true>(u1[2], u1[3]);
     }
-    // chunks 8 cph .. 8 cph + 7 of the warp's rows were last read by the ldmatrix above (same warp)
+    // the chunks of this half (bit 0 ^ bit 3 == cph) of the warp's rows were last read by the ldmatrix above (same warp)
     __syncwarp();
+    const uint32_t so = cph == 0 ? so0 : so0 ^ 16u;
 #pragma unroll
     for (int e = 0; e < 2; ++e)
 #pragma unroll
       for (int bh = 0; bh < 2; ++bh) {
-        if (cph == 0) sts128_at<0>(so[e][bh], ow[e][bh][0], ow[e][bh][1], ow[e][bh][2], ow[e][bh][3]);
-        else sts128_at<128>(so[e][bh], ow[e][bh][0], ow[e][bh][1], ow[e][bh][2], ow[e][bh][3]);
+        if (e == 0 && bh == 0) sts128_at<0>(so, ow[e][bh][0], ow[e][bh][1], ow[e][bh][2], ow[e][bh][3]);
+        if (e == 0 && bh == 1) sts128_at<2048>(so, ow[e][bh][0], ow[e][bh][1], ow[e][bh][2], ow[e][bh][3]);
+        if (e == 1 && bh == 0) sts128_at<1024>(so, ow[e][bh][0], ow[e][bh][1], ow[e][bh][2], ow[e][bh][3]);
+        if (e == 1 && bh == 1) sts128_at<3072>(so, ow[e][bh][0], ow[e][bh][1], ow[e][bh][2], ow[e][bh][3]);
       }
   }
-  __syncwarp();
 
-  // Copy-out: lane l reads staged chunk sc16 = l & 15 (columns 16 b + 8 half, b = sc16 & 7, half = sc16 >> 3) of rows
-  // rho = 16 v + 2 i + hl (hl = l / 16), i = 0..7, and writes it to W row 16 (rho & 7) + ((rho >> 3) & 1) + 2 v of the
-  // super-tile = 16 hl + 32 (i & 3) + (i >> 2) + 2 v. swz(rho) = c_i ^ 5 hl with c_i = (2 i & 7) ^ (i >> 2).
-  const int hl = lane >> 4, sc16 = lane & 15;
-  const uint32_t co = (16 * v + hl) * 256 + ((sc16 ^ (5 * hl)) << 4);  // + 512 i, then ^ (c_i << 4)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The staging stores are generic-proxy writes that the TMA unit reads through the async proxy: every lane fences, the
+  // warp syncs, lane 0 issues the two stores (coordinates: column 128 nb + 64 bh inside W, 16-row group 8 kb, row 2 v
+  // inside the group) and waits until the TMA unit has read the staging; the block's shared memory must outlive that,
+  // not the writes to global memory (visible to the next kernel at grid completion). w_tma is 0 where the host could
+  // not encode the map; the alignment test keeps a misplaced dynamic shared-memory base from a wrong swizzle.
+  const uint32_t wbase = sbase + 4096u * v;  // the warp's 16 rows of Q; 1024-byte aligned when sbase is
+  if (w_tma != 0 && (sbase & 1023u) == 0) {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncwarp();
+    if (lane == 0) {
+      const int c0 = 128 * x.nb;
+      asm volatile(
+          "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n"
+          "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%5, %2, %3}], [%6];\n"
+          "cp.async.bulk.commit_group;\n"
+          "cp.async.bulk.wait_group.read 0;\n" ::"l"(reinterpret_cast<uint64_t>(&wmap)),
+          "r"(c0), "r"(8 * x.kb), "r"(2 * v), "r"(wbase), "r"(c0 + 64), "r"(wbase + 2048u)
+          : "memory");
+    }
+    return;
+  }
+#endif
+  __syncwarp();
+  // LDS / STG copy-out: per instruction i = 0..7 the quarter warp qw = l >> 3 reads line Lg = 4 i + qw of the warp's
+  // 32 staged lines (half bh = Lg >> 4, line L = Lg & 15: e' = L >> 3, g = L & 7), chunk c' = l & 7 at c' ^ g, and
+  // writes it to W row 16 g + 2 v + e', columns 64 bh + 8 c': 128 contiguous bytes per quarter warp.
   const int ldw = p.col_end - p.col_begin;
-  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(p.w) + static_cast<int64_t>(128 * x.kb + 2 * v + 16 * hl) * ldw +
-                       (col0 - p.col_begin) + 16 * (sc16 & 7) + 8 * (sc16 >> 3);
+  const int qw = lane >> 3, cq = lane & 7;
+  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(p.w) + static_cast<int64_t>(128 * x.kb + 2 * v) * ldw +
+                       (col0 - p.col_begin) + 8 * cq;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const uint32_t c_i = static_cast<uint32_t>((2 * i & 7) ^ (i >> 2)) << 4;
-    const uint4 val = *reinterpret_cast<const uint4*>(smem_b + ((co + 512 * i) ^ c_i));
-    *reinterpret_cast<uint4*>(out + static_cast<int64_t>(32 * (i & 3) + (i >> 2)) * ldw) = val;
+    const int lg = 4 * i + qw, bh = lg >> 4, e = (lg >> 3) & 1, gg = lg & 7;
+    const uint4 val = *reinterpret_cast<const uint4*>(smem_b + 4096 * v + 128 * lg + ((cq ^ gg) << 4));
+    *reinterpret_cast<uint4*>(out + static_cast<int64_t>(16 * gg + e) * ldw + 64 * bh) = val;
   }
+}
+
+// W's tensor map for the TMA copy-out: W [k, ldw] bf16 (ldw = col_end - col_begin, W's row stride) as 3 dimensions,
+// d0 = column (contiguous), d1 = G (16-row groups, stride 16 rows), d2 = e2 (row inside the group, stride one row);
+// box 64 x 8 x 2 with the 128-byte swizzle, so that box line L = G' + 8 e2' is W row 16 (G0 + G') + e2_0 + e2' and a
+// warp's 16 rows 16 g + 2 v + e' (g = 0..7, e' = 0, 1) of a super-tile are one box at (128 nb + 64 bh, 8 kb, 2 v).
+// The inner box is 64 columns = 128 bytes, the SWIZZLE_128B limit. Only for devices of compute capability >= 9.0
+// (cp.async.bulk.tensor); the kernel's sm_80 code keeps the LDS / STG copy-out whatever the flag.
+// Errors: cudaErrorNotSupported (older device or no driver entry point), cudaErrorInvalidValue (the driver refused
+// the map, e.g. W not 16-byte aligned); the caller then launches with the flag off.
+static cudaError_t encode_w_map(CUtensorMap* map, const ReconstructParams& p) {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return cudaErrorNotSupported;
+  }
+  if (major < 9) return cudaErrorNotSupported;
+  const EncodeTiledFn encode = encode_fn();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  const cuuint64_t ldw = static_cast<cuuint64_t>(p.col_end - p.col_begin);
+  const cuuint64_t dims[3] = {ldw, static_cast<cuuint64_t>(p.k) / 16, 16};
+  const cuuint64_t strides[2] = {ldw * 32, ldw * 2};  // bytes: 16 rows, one row (multiples of 16)
+  const cuuint32_t box[3] = {64, 8, 2};
+  const cuuint32_t estr[3] = {1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, p.w, dims, strides, box, estr,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 template <int CB>
 static cudaError_t launch_reconstruct_bf16_cb(const ReconstructParams& p, cudaStream_t stream) {
   const dim3 grid((p.col_end - p.col_begin) / 128, p.k / 128);
   if (grid.x == 0 || grid.y == 0) return cudaSuccess;
-  reconstruct_bf16_kernel<CB><<<grid, 256, kTcSmem, stream>>>(p);
+  CUtensorMap wmap;
+  const int w_tma = p.tma != 0 && encode_w_map(&wmap, p) == cudaSuccess ? 1 : 0;
+  if (!w_tma) memset(&wmap, 0, sizeof(wmap));
+  reconstruct_bf16_kernel<CB><<<grid, 256, kTcSmem, stream>>>(p, wmap, w_tma);
   return cudaGetLastError();
 }
 

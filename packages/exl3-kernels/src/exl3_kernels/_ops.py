@@ -127,7 +127,7 @@ def _register_fakes() -> None:
         return acc.new_empty((m, sum(v.shape[0] for v in svh)), dtype=out_dtype)
 
     @torch.library.register_fake(lib + "reconstruct")
-    def _(trellis, suh, svh, codebook, col_begin, col_end, dtype, transform):
+    def _(trellis, suh, svh, codebook, col_begin, col_end, dtype, transform, tma=True):
         n_total = sum(t.shape[1] * 16 for t in trellis)
         end = n_total if col_end < 0 else col_end
         return trellis[0].new_empty((trellis[0].shape[0] * 16, end - col_begin), dtype=dtype)
@@ -368,12 +368,43 @@ def output_transform(acc: torch.Tensor, svh: list[torch.Tensor], bias: torch.Ten
 
 def reconstruct(trellis: list[torch.Tensor], suh: list[torch.Tensor], svh: list[torch.Tensor], codebook: int,
                 col_begin: int = 0, col_end: int = -1, dtype: torch.dtype = torch.float16,
-                transform: bool = True) -> torch.Tensor:
+                transform: bool = True, tma: bool | None = None) -> torch.Tensor:
     """Dense W[k, col_begin:col_end] = diag(suh) H Ŵ H diag(svh) (transform=True) or Ŵ (transform=False).
 
     Columns are absolute in the fused layer and must be 128-aligned. Returns [k, col_end - col_begin].
+    ``tma``: None = CUDA_EXL3_RECON_TMA (read here, at every call; default on); False makes the bf16 kernel write W
+    with LDS / STG instead of TMA stores (same values; for comparison). Libraries built without the argument ignore it.
     """
+    if _reconstruct_has_tma_arg():
+        return torch.ops.exl3_kernels.reconstruct(trellis, suh, svh, codebook, col_begin, col_end, dtype, transform,
+                                                  _recon_tma(tma))
     return torch.ops.exl3_kernels.reconstruct(trellis, suh, svh, codebook, col_begin, col_end, dtype, transform)
+
+
+def reconstruct_out(out: torch.Tensor, trellis: list[torch.Tensor], suh: list[torch.Tensor], svh: list[torch.Tensor],
+                    codebook: int, col_begin: int, col_end: int, transform: bool = True,
+                    tma: bool | None = None) -> None:
+    """:func:`reconstruct` into a caller-owned contiguous ``out`` [k, col_end - col_begin] (fp16 or bf16)."""
+    if _reconstruct_has_tma_arg():
+        torch.ops.exl3_kernels.reconstruct_out(out, trellis, suh, svh, codebook, col_begin, col_end, transform,
+                                               _recon_tma(tma))
+    else:
+        torch.ops.exl3_kernels.reconstruct_out(out, trellis, suh, svh, codebook, col_begin, col_end, transform)
+
+
+def _recon_tma(tma: bool | None) -> bool:
+    return env.get_bool("RECON_TMA", True) if tma is None else bool(tma)
+
+
+_RECON_TMA_ARG: bool | None = None
+
+
+def _reconstruct_has_tma_arg() -> bool:
+    """Whether the loaded library's reconstruct ops take ``tma`` (libraries before it do not)."""
+    global _RECON_TMA_ARG
+    if _RECON_TMA_ARG is None:
+        _RECON_TMA_ARG = any(a.name == "tma" for a in torch.ops.exl3_kernels.reconstruct.default._schema.arguments)
+    return _RECON_TMA_ARG
 
 
 def reconstruct_t(trellis: list[torch.Tensor], svh: list[torch.Tensor], codebook: int, col_begin: int = 0,

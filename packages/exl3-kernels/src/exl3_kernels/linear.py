@@ -187,7 +187,7 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
         for c0 in range(0, n_total, cols):
             c1 = min(n_total, c0 + cols)
             w = workspace.recon(x2.device, k * (c1 - c0), x2.dtype).view(k, c1 - c0)
-            torch.ops.exl3_kernels.reconstruct_out(w, trellis, suh, svh, codebook, c0, c1, True)
+            _ops.reconstruct_out(w, trellis, suh, svh, codebook, c0, c1, True)
             if bias32 is not None:
                 # cuBLAS adds the bias in the output dtype (rounded twice with bf16); the gemm path adds it in
                 # fp32 before its single rounding, so the two paths differ by up to one output ulp there.

@@ -826,7 +826,8 @@ def _exact_weight(w_hat, trellis, suh, svh):
 def test_reconstruct_bf16_column_ranges_give_every_super_tile_the_same_bits():
     """reconstruct_bf16.cu on a layer of 1024 super-tiles (k = 4096, three mixed-K shards, more blocks than are resident
     at once): one launch over all columns, one over an inner range starting and ending inside shards, and one launch
-    per 128-column block must agree bit for bit (each super-tile's arithmetic does not depend on the grid), and the
+    per 128-column block must agree bit for bit (each super-tile's arithmetic does not depend on the grid), the
+    copy-out by TMA stores (the default on sm_90+) and by LDS / STG (tma=False, the sm_80 code) too, and the
     weight's rms error against the exact float64 product must be within 4% of bf16 rounding's (CPU emulation:
     1.022x)."""
     cb = "mcg" if compiled(1, 8) and compiled(1, 4) else "mul1"
@@ -835,6 +836,10 @@ def test_reconstruct_bf16_column_ranges_give_every_super_tile_the_same_bits():
     full = _ops.reconstruct(trellis, suh, svh, CBS[cb], 0, 4096, dtype=torch.bfloat16)
     inner = _ops.reconstruct(trellis, suh, svh, CBS[cb], 384, 3712, dtype=torch.bfloat16)
     assert torch.equal(inner, full[:, 384:3712])
+    if _ops._reconstruct_has_tma_arg():  # the LDS / STG copy-out (sm_80's) writes the same bits as the TMA stores
+        for c0, c1 in ((0, 4096), (384, 3712)):
+            lds = _ops.reconstruct(trellis, suh, svh, CBS[cb], c0, c1, dtype=torch.bfloat16, tma=False)
+            assert torch.equal(lds, full[:, c0:c1]), (c0, c1)
     for c0 in range(0, 4096, 128):
         one = _ops.reconstruct(trellis, suh, svh, CBS[cb], c0, c0 + 128, dtype=torch.bfloat16)
         assert torch.equal(one, full[:, c0:c0 + 128]), c0

@@ -68,6 +68,7 @@ struct ReconstructParams {
   int w_bf16;
   int transform;           // 1: W = diag(suh) H Ŵ H diag(svh); 0: Ŵ only (decode test)
   int pdl;                 // reconstruct_n only: programmatic dependent launch (starts during the kernel before it)
+  int tma;                 // reconstruct_bf16 only: 1 = copy-out by TMA stores where the device has them (sm_90+)
 };
 
 struct InputTransformParams {
