@@ -427,8 +427,11 @@ void reconstruct_into(Tensor& w, const std::vector<Tensor>& trellis, const std::
   check_aligned(w, 8, "reconstruct", "w");
   p.w = w.data_ptr();
   p.w_bf16 = dtype == at::kBFloat16;
+  // with tma on a compute capability 9.0+ device, a W tensor map the driver cannot encode is an error (the bf16 kernel
+  // does not fall back silently): the message names the way out
   check_cuda(exl3::launch_reconstruct(p, static_cast<int>(codebook), c10::cuda::getCurrentCUDAStream(ref.device().index()).stream()),
-             "reconstruct launch");
+             tma ? "reconstruct launch (bf16 W by TMA stores; CUDA_EXL3_RECON_TMA=0 / tma=False uses LDS / STG)"
+                 : "reconstruct launch");
 }
 
 // y = concat_s(had_n(acc[:, shard s]) * svh_s / sqrt(128)) + bias from an fp32 accumulator that someone else

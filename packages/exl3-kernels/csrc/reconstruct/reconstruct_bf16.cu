@@ -72,6 +72,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "exl3/codebook.cuh"
@@ -193,6 +194,10 @@ __global__ void __launch_bounds__(256, EXL3_RECONSTRUCT_BF16_MIN_BLOCKS)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, v = warp;
   const int g = lane >> 2, q = lane & 3;
   const uint32_t sbase = smem_u32(smem_b);
+  // The layout XORs chunk bits into absolute shared addresses (sbase + offset) and the TMA unit's 128-byte swizzle keys
+  // on address bits 7-9: both need the 1024-byte aligned base that __align__(1024) asks for (ptxas folds this test: the
+  // dynamic shared-memory base is a constant, 0x400 on sm_90 with nvcc 13.0).
+  if ((sbase & 1023u) != 0) __trap();
   TcTile x;
   x.nb = blockIdx.x;
   x.kb = blockIdx.y;
@@ -297,10 +302,10 @@ __global__ void __launch_bounds__(256, EXL3_RECONSTRUCT_BF16_MIN_BLOCKS)
   // The staging stores are generic-proxy writes that the TMA unit reads through the async proxy: every lane fences, the
   // warp syncs, lane 0 issues the two stores (coordinates: column 128 nb + 64 bh inside W, 16-row group 8 kb, row 2 v
   // inside the group) and waits until the TMA unit has read the staging; the block's shared memory must outlive that,
-  // not the writes to global memory (visible to the next kernel at grid completion). w_tma is 0 where the host could
-  // not encode the map; the alignment test keeps a misplaced dynamic shared-memory base from a wrong swizzle.
-  const uint32_t wbase = sbase + 4096u * v;  // the warp's 16 rows of Q; 1024-byte aligned when sbase is
-  if (w_tma != 0 && (sbase & 1023u) == 0) {
+  // not the writes to global memory (visible to the next kernel at grid completion). w_tma is 0 when the caller asked
+  // for the LDS / STG copy-out.
+  const uint32_t wbase = sbase + 4096u * v;  // the warp's 16 rows of Q, 1024-byte aligned
+  if (w_tma != 0) {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncwarp();
     if (lane == 0) {
@@ -337,17 +342,10 @@ __global__ void __launch_bounds__(256, EXL3_RECONSTRUCT_BF16_MIN_BLOCKS)
 // box 64 x 8 x 2 with the 128-byte swizzle, so that box line L = G' + 8 e2' is W row 16 (G0 + G') + e2_0 + e2' and a
 // warp's 16 rows 16 g + 2 v + e' (g = 0..7, e' = 0, 1) of a super-tile are one box at (128 nb + 64 bh, 8 kb, 2 v).
 // The inner box is 64 columns = 128 bytes, the SWIZZLE_128B limit. Only for devices of compute capability >= 9.0
-// (cp.async.bulk.tensor); the kernel's sm_80 code keeps the LDS / STG copy-out whatever the flag.
-// Errors: cudaErrorNotSupported (older device or no driver entry point), cudaErrorInvalidValue (the driver refused
-// the map, e.g. W not 16-byte aligned); the caller then launches with the flag off.
+// (cp.async.bulk.tensor; the caller checks); the kernel's sm_80 code keeps the LDS / STG copy-out whatever the flag.
+// Errors: cudaErrorNotSupported (no driver entry point), cudaErrorInvalidValue (the driver refused the map, e.g. W not
+// 16-byte aligned, which launch_reconstruct never sends here).
 static cudaError_t encode_w_map(CUtensorMap* map, const ReconstructParams& p) {
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-    cudaGetLastError();
-    return cudaErrorNotSupported;
-  }
-  if (major < 9) return cudaErrorNotSupported;
   const EncodeTiledFn encode = encode_fn();
   if (encode == nullptr) return cudaErrorNotSupported;
   const cuuint64_t ldw = static_cast<cuuint64_t>(p.col_end - p.col_begin);
@@ -361,13 +359,38 @@ static cudaError_t encode_w_map(CUtensorMap* map, const ReconstructParams& p) {
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+// Compute capability major of the current device, queried once per device (the launch path runs per layer and call).
+static int device_major() {
+  static std::atomic<int> major_of[64];  // 0 = not queried yet
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+    cudaGetLastError();
+    return 0;
+  }
+  int major = major_of[dev].load(std::memory_order_relaxed);
+  if (major == 0) {
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    major_of[dev].store(major, std::memory_order_relaxed);
+  }
+  return major;
+}
+
+// p.tma = 1: the TMA copy-out on devices of compute capability 9.0+ (there a map that cannot be encoded is an error,
+// not a silent fallback: the op says so and CUDA_EXL3_RECON_TMA=0 selects the other copy-out), the LDS / STG one below.
 template <int CB>
 static cudaError_t launch_reconstruct_bf16_cb(const ReconstructParams& p, cudaStream_t stream) {
   const dim3 grid((p.col_end - p.col_begin) / 128, p.k / 128);
   if (grid.x == 0 || grid.y == 0) return cudaSuccess;
   CUtensorMap wmap;
-  const int w_tma = p.tma != 0 && encode_w_map(&wmap, p) == cudaSuccess ? 1 : 0;
-  if (!w_tma) memset(&wmap, 0, sizeof(wmap));
+  memset(&wmap, 0, sizeof(wmap));
+  const int w_tma = p.tma != 0 && device_major() >= 9 ? 1 : 0;
+  if (w_tma) {
+    const cudaError_t e = encode_w_map(&wmap, p);
+    if (e != cudaSuccess) return e;
+  }
   reconstruct_bf16_kernel<CB><<<grid, 256, kTcSmem, stream>>>(p, wmap, w_tma);
   return cudaGetLastError();
 }

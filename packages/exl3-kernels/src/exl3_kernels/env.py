@@ -15,7 +15,7 @@ library is not). Errors about a bad value name the spelling that was actually re
 | CUDA_EXL3_AUTOTUNE_PRIME | 1: the first call in an untuned m bucket also tunes every smaller power-of-two bucket on its first rows (vLLM's profile run then tunes them all at start-up) | 1 |
 | CUDA_EXL3_DETERMINISTIC | 1: no atomics (split = 1, or on sm_90+ with a library that has it, and CUDA_EXL3_CLUSTER not 0, split-k up to 8 reduced inside a thread block cluster in a fixed order) and a fixed, timing-free path choice: bit-identical reruns | 0 |
 | CUDA_EXL3_RECON_MIN_M | smallest m for which the cost model picks the reconstruct path | 1024 |
-| CUDA_EXL3_RECON_TMA | 0: the bf16 reconstruct kernel (large-m path) writes W with LDS / STG instead of TMA stores (sm_90+; same values; for comparison). Read by ``_ops.reconstruct`` / ``reconstruct_out`` at each call; libraries built before it ignore it | 1 |
+| CUDA_EXL3_RECON_TMA | 0: the bf16 reconstruct kernel (large-m path) writes W with LDS / STG instead of TMA stores (compute capability 9.0+; same values; for comparison, or as the way out if the driver cannot encode W's tensor map, which is then an error). Read by ``_ops.reconstruct`` / ``reconstruct_out`` at each call, a captured CUDA graph keeps its capture-time setting; libraries built before it ignore it | 1 |
 | CUDA_EXL3_RECON_WORKSPACE_MB | size cap of the dense-W workspace; bigger layers are built in column chunks | 512 |
 | CUDA_EXL3_SPLITK_WORKSPACE_MB | size of the split-k fp32 accumulator; larger m x n disables split-k | 64 |
 | CUDA_EXL3_LIBRARY | path of the compiled op library to load instead of the packaged ``_C.abi3.so`` | unset |
