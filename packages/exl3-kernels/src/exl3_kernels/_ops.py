@@ -371,9 +371,19 @@ def reconstruct(trellis: list[torch.Tensor], suh: list[torch.Tensor], svh: list[
                 transform: bool = True, tma: bool | None = None) -> torch.Tensor:
     """Dense W[k, col_begin:col_end] = diag(suh) H Ŵ H diag(svh) (transform=True) or Ŵ (transform=False).
 
-    Columns are absolute in the fused layer and must be 128-aligned. Returns [k, col_end - col_begin].
-    ``tma``: None = CUDA_EXL3_RECON_TMA (read here, at every call; default on); False makes the bf16 kernel write W
-    with LDS / STG instead of TMA stores (same values; for comparison). Libraries built without the argument ignore it.
+    Args:
+        trellis, suh, svh: per shard, the int16 trellis [k/16, n_s/16, 16K], fp16 suh [k] and svh [n_s].
+        codebook: 0 = 3inst, 1 = mcg, 2 = mul1.
+        col_begin, col_end: absolute column range of the fused layer, multiples of 128 (col_end -1 = all columns).
+        dtype: torch.float16 or torch.bfloat16 (bf16 with transforms runs csrc/reconstruct/reconstruct_bf16.cu).
+        tma: None = CUDA_EXL3_RECON_TMA (read here, at every call; default on); False makes the bf16 kernel write W
+            with LDS / STG instead of TMA stores (same values; for comparison). Libraries built without the argument
+            ignore it.
+    Returns:
+        W [k, col_end - col_begin] in ``dtype``.
+    Raises:
+        RuntimeError naming the tensor on a dtype / shape / device / alignment mismatch, and on compute capability
+        9.0+ with ``tma`` on if the driver cannot encode W's tensor map (set CUDA_EXL3_RECON_TMA=0 to avoid it).
     """
     if _reconstruct_has_tma_arg():
         return torch.ops.exl3_kernels.reconstruct(trellis, suh, svh, codebook, col_begin, col_end, dtype, transform,
@@ -384,7 +394,15 @@ def reconstruct(trellis: list[torch.Tensor], suh: list[torch.Tensor], svh: list[
 def reconstruct_out(out: torch.Tensor, trellis: list[torch.Tensor], suh: list[torch.Tensor], svh: list[torch.Tensor],
                     codebook: int, col_begin: int, col_end: int, transform: bool = True,
                     tma: bool | None = None) -> None:
-    """:func:`reconstruct` into a caller-owned contiguous ``out`` [k, col_end - col_begin] (fp16 or bf16)."""
+    """:func:`reconstruct` into a caller-owned ``out``.
+
+    Args:
+        out: contiguous [k, col_end - col_begin], fp16 or bf16 (its dtype is W's), on the trellis' device; a 16-byte
+            aligned bf16 ``out`` with ``transform`` takes reconstruct_bf16.cu, otherwise reconstruct.cu.
+        The rest as :func:`reconstruct` (col_end must be given here).
+    Raises:
+        RuntimeError as :func:`reconstruct`, and when ``out`` has the wrong shape, dtype, device or layout.
+    """
     if _reconstruct_has_tma_arg():
         torch.ops.exl3_kernels.reconstruct_out(out, trellis, suh, svh, codebook, col_begin, col_end, transform,
                                                _recon_tma(tma))
