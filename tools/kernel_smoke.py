@@ -37,6 +37,12 @@ def main() -> int:
             e = ((y.float() - ref).norm() / ref.norm()).item()
             worst = max(worst, e)
             print(f"gemm m={m} bm={bm} split={split}: rel err {e:.2e}")
+            if split > 1 and getattr(_ops, "has_tile_flags", lambda: False)():  # split-k finished by the last block
+                y = _ops.gemm(xh, trellis, svh, bias, cb, bm, split, acc, torch.bfloat16,
+                              tile_flags=workspace.splitk_flags(x.device))
+                e = ((y.float() - ref).norm() / ref.norm()).item()
+                worst = max(worst, e)
+                print(f"gemm m={m} bm={bm} split={split} tile counters: rel err {e:.2e}")
         if (cb, 16) in _ops.built_instances(lohi=True):  # the variant that leaves lo + hi to the tensor core
             xl = _ops.input_transform(x, suh, lohi=True)
             for split in (1, 2):
@@ -54,6 +60,12 @@ def main() -> int:
                 e = ((y.float() - ref).norm() / ref.norm()).item()
                 worst = max(worst, e)
                 print(f"gemm_x m={m} split={split} cluster={cl}: rel err {e:.2e}")
+            if getattr(_ops, "has_tile_flags", lambda: False)():
+                y = _ops.gemm_x(x, trellis, suh, svh, bias, cb, 2, workspace.splitk_acc(x.device), torch.bfloat16,
+                                cluster=False, tile_flags=workspace.splitk_flags(x.device))
+                e = ((y.float() - ref).norm() / ref.norm()).item()
+                worst = max(worst, e)
+                print(f"gemm_x m={m} split=2 tile counters: rel err {e:.2e}")
         if _ops.wgmma_usable(x.device, cb):  # the Hopper wgmma GEMM (sm_90a, BM 256: rows >= m zero-filled by TMA)
             for split in (1, 2):
                 acc = workspace.splitk_acc(x.device) if split > 1 else xh
@@ -82,6 +94,12 @@ def main() -> int:
                     e = ((y.float() - ref4).norm() / ref4.norm()).item()
                     worst = max(worst, e)
                     print(f"gemm_wgmma_rs m={m} k=1024 bm={bm} split={split}: rel err {e:.2e}")
+                    if getattr(_ops, "has_tile_flags", lambda: False)():
+                        y = _ops.gemm_wgmma_rs(xh4, t4, svh, bias, cb, bm, split, workspace.splitk_acc(x.device),
+                                               torch.bfloat16, tile_flags=workspace.splitk_flags(x.device))
+                        e = ((y.float() - ref4).norm() / ref4.norm()).item()
+                        worst = max(worst, e)
+                        print(f"gemm_wgmma_rs m={m} k=1024 bm={bm} split={split} tile counters: rel err {e:.2e}")
         w = _ops.reconstruct(trellis, suh, svh, cb, dtype=torch.bfloat16)
         e = (((x @ w).float() + bias - ref).norm() / ref.norm()).item()
         print(f"reconstruct m={m}: rel err {e:.2e}")
@@ -97,6 +115,8 @@ def main() -> int:
         e = ((y.float() - ref).norm() / ref.norm()).item()
         worst = max(worst, e / 2)  # bf16 weight, activations and bias: 2x looser, as reconstruct
         print(f"reconstruct_n m={m}: rel err {e:.2e}")
+    for t in list(workspace._acc.values()) + list(getattr(workspace, "_flags", {}).values()):
+        assert torch.count_nonzero(t).item() == 0, "split-k accumulator or tile counters not left zero"
     lut = _ops.decode_lut(cb)
     assert torch.equal(lut.cpu(), reference.codebook_lut(name))
     torch.cuda.synchronize()

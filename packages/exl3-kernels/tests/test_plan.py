@@ -126,10 +126,12 @@ def test_autotune_retimes_close_candidates_and_picks_the_fastest_finalist(monkey
     autotune.clear()
 
 
-def test_kernel_count_per_plan():
-    """Kernels per call: input transform (unless fused) + GEMM + split-k epilogue (through the accumulator only)."""
+def test_kernel_count_per_plan(monkeypatch):
+    """Kernels per call: input transform (unless fused) + GEMM + split-k epilogue (through the accumulator only, and
+    only without the GEMM's own split-k finish, CUDA_EXL3_SPLITK_FINISH=0 here; see the test below)."""
     from exl3_kernels.autotune import kernel_count
 
+    monkeypatch.setenv("CUDA_EXL3_SPLITK_FINISH", "0")
     assert kernel_count(Plan("gemm", 16, 1)) == 2
     assert kernel_count(Plan("gemm", 16, 16)) == 3
     assert kernel_count(Plan("gemm", 16, 8, cluster=True)) == 2
@@ -156,6 +158,9 @@ def test_autotune_prefers_fewer_kernels_within_the_node_tie(monkeypatch, fused_u
     for v in ("DETERMINISTIC", "AUTOTUNE", "PATH", "BM", "SPLIT", "LOHI"):
         monkeypatch.delenv("CUDA_EXL3_" + v, raising=False)
     monkeypatch.setenv("CUDA_EXL3_AUTOTUNE_GRAPH", "0")
+    # 3 / 2 / 1 kernels: the counts with the split-k epilogue kernel (with the GEMM's own split-k finish the first two
+    # plans would be 2 / 1 kernels, test_kernel_count_with_the_split_k_finish_in_the_gemm)
+    monkeypatch.setenv("CUDA_EXL3_SPLITK_FINISH", "0")
     monkeypatch.setattr(autotune.torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(autotune, "sm_count", lambda device: 132)
     plain, fused, one = Plan("gemm", 16, 16), Plan("gemm", 16, 8, fused_it=True), Plan("gemm", 16, 4, cluster=True, fused_it=True)
@@ -734,12 +739,14 @@ def test_rs_plans_tiers_splits_and_accumulator(shape, m):
 
 def test_rs_pins_and_kernel_count(monkeypatch):
     """CUDA_EXL3_PATH=wgmma_rs keeps an RS tier BM (else the largest), CUDA_EXL3_BM applies only with an RS tier,
-    deterministic mode turns a pinned split into 1; one call is three kernels at every split."""
+    deterministic mode turns a pinned split into 1; one call is three kernels at every split with the split-k epilogue
+    kernel (CUDA_EXL3_SPLITK_FINISH=0; two with the GEMM's own finish, test_kernel_count_with_the_split_k_finish_in_the_gemm)."""
     from exl3_kernels import autotune
     from exl3_kernels.autotune import kernel_count
 
     for v in ("PATH", "BM", "SPLIT", "LOHI", "DETERMINISTIC"):
         monkeypatch.delenv(f"CUDA_EXL3_{v}", raising=False)
+    monkeypatch.setenv("CUDA_EXL3_SPLITK_FINISH", "0")
     monkeypatch.setenv("CUDA_EXL3_PATH", "wgmma_rs")
     assert autotune._apply_pins(Plan("gemm", 32, 4)) == Plan("wgmma_rs", 32, 4)
     assert autotune._apply_pins(Plan("wgmma", 256, 2)) == Plan("wgmma_rs", 128, 2)
@@ -818,3 +825,25 @@ def test_wgmma_stream_k_candidate(monkeypatch):
     monkeypatch.setattr(_ops, "wgmma_has_stream_k", lambda: False)
     monkeypatch.setenv("CUDA_EXL3_WGMMA_SK", "1")
     assert not linear.wgmma_sk_offered()
+
+
+def test_kernel_count_with_the_split_k_finish_in_the_gemm(monkeypatch):
+    """With tile counters (CUDA_EXL3_SPLITK_FINISH unset = on, a library that takes them, m <= 4) the split-k epilogue
+    kernel goes: the mma.sync GEMM's split-k plans through the accumulator and every register-A plan are one kernel fewer; the
+    cluster, wgmma and dense plans are unchanged; a library without counters keeps the old counts."""
+    from exl3_kernels import _ops
+    from exl3_kernels.autotune import kernel_count
+
+    monkeypatch.delenv("CUDA_EXL3_SPLITK_FINISH", raising=False)
+    monkeypatch.setattr(_ops, "has_tile_flags", lambda: True)
+    assert kernel_count(Plan("gemm", 16, 16)) == 2 and kernel_count(Plan("gemm", 16, 1)) == 2
+    assert kernel_count(Plan("gemm", 16, 8, fused_it=True)) == 1
+    assert kernel_count(Plan("gemm", 16, 8, cluster=True)) == 2
+    assert kernel_count(Plan("wgmma_rs", 8, 1)) == 2 and kernel_count(Plan("wgmma_rs", 64, 3)) == 2
+    assert kernel_count(Plan("wgmma", 256, 3)) == 3
+    assert [kernel_count(Plan(p)) for p in ("reconstruct", "reconstruct_n", "reconstruct_act")] == [2, 3, 4]
+    # only up to m = SPLITK_FINISH_MAX_M (4): from the bucket 8 on the epilogue kernel runs again
+    assert kernel_count(Plan("gemm", 16, 16), m=4) == 2 and kernel_count(Plan("wgmma_rs", 8, 1), m=4) == 2
+    assert kernel_count(Plan("gemm", 16, 16), m=8) == 3 and kernel_count(Plan("wgmma_rs", 64, 3), m=64) == 3
+    monkeypatch.setattr(_ops, "has_tile_flags", lambda: False)
+    assert kernel_count(Plan("gemm", 16, 16)) == 3 and kernel_count(Plan("wgmma_rs", 8, 1)) == 3

@@ -241,15 +241,32 @@ Tensor gemm_setup(exl3::GemmParams& p, const char* op, const Tensor& xh, const s
   return y;
 }
 
+// Tile counters for split-k finished inside the GEMM (GemmParams.tile_flags, exl3/splitk_finish.cuh): `flags`, when
+// given, must be contiguous int32 on the op's device with at least ceil(m / bm) x n_total / 128 elements, all zero (the
+// kernels leave them so). Used only where the partial sums go through the accumulator (`through_acc`); then no split-k
+// epilogue kernel runs.
+void set_tile_flags(exl3::GemmParams& p, const char* op, const std::optional<Tensor>& flags, int64_t bm,
+                    const at::Device& device, bool through_acc) {
+  if (!flags.has_value() || !through_acc) return;
+  const Tensor& f = *flags;
+  const int64_t tiles = (static_cast<int64_t>(p.m) + bm - 1) / bm * (p.n_total / 128);
+  TORCH_CHECK(f.scalar_type() == at::kInt && f.is_contiguous() && f.device() == device && f.numel() >= tiles,
+              "exl3_kernels.", op, ": tile_flags must be zeroed contiguous int32 with at least ", tiles,
+              " elements (ceil(m / BM) x n / 128) on ", device, ", got ", f.scalar_type(), " with ", f.numel(), " on ",
+              f.device());
+  p.tile_flags = f.data_ptr<int>();
+}
+
 Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh,
             const std::optional<Tensor>& bias, int64_t codebook, int64_t bm, int64_t split, const Tensor& acc,
-            at::ScalarType out_dtype, bool pdl, bool lohi, bool cluster) {
+            at::ScalarType out_dtype, bool pdl, bool lohi, bool cluster, const std::optional<Tensor>& tile_flags) {
   TORCH_CHECK(exl3::gemm_instance_built(static_cast<int>(codebook), static_cast<int>(bm), lohi),
               "exl3_kernels.gemm: no kernel instance for codebook ", codebook, ", BM ", bm, lohi ? " and lohi" : "",
               " in this build (see built_instances())");
   exl3::GemmParams p{};
   // split-k through a thread block cluster where asked for and possible (gemm_setup), else the accumulator + epilogue
   Tensor y = gemm_setup(p, "gemm", xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, lohi, cluster);
+  set_tile_flags(p, "gemm", tile_flags, bm, xh.device(), p.acc != nullptr);
   c10::cuda::CUDAGuard guard(xh.device());
   if (p.m > 0)
     check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), static_cast<int>(bm), lohi,
@@ -261,11 +278,13 @@ Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vec
 // gemm with the input transform inside (BM16, no lohi): x is the raw [m, k] fp16 / bf16 activation, suh per shard.
 Tensor gemm_x(const Tensor& x, const std::vector<Tensor>& trellis, const std::vector<Tensor>& suh,
               const std::vector<Tensor>& svh, const std::optional<Tensor>& bias, int64_t codebook, int64_t split,
-              const Tensor& acc, at::ScalarType out_dtype, bool pdl, bool cluster) {
+              const Tensor& acc, at::ScalarType out_dtype, bool pdl, bool cluster,
+              const std::optional<Tensor>& tile_flags) {
   TORCH_CHECK(exl3::gemm_instance_built(static_cast<int>(codebook), 16, false),
               "exl3_kernels.gemm_x: no BM16 kernel instance for codebook ", codebook, " in this build (see built_instances())");
   exl3::GemmParams p{};
   Tensor y = gemm_setup(p, "gemm_x", x, trellis, svh, bias, codebook, 16, split, acc, out_dtype, pdl, false, cluster, true, &suh);
+  set_tile_flags(p, "gemm_x", tile_flags, 16, x.device(), p.acc != nullptr);
   c10::cuda::CUDAGuard guard(x.device());
   if (p.m > 0)
     check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), 16, false,
@@ -344,7 +363,7 @@ Tensor gemm_wgmma(const Tensor& xh, const std::vector<Tensor>& trellis, const st
 // hold m * n_total fp32 zeros even at split 1. sm_90a code only.
 Tensor gemm_wgmma_rs(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh,
                      const std::optional<Tensor>& bias, int64_t codebook, int64_t bm, int64_t split, const Tensor& acc,
-                     at::ScalarType out_dtype, bool pdl) {
+                     at::ScalarType out_dtype, bool pdl, const std::optional<Tensor>& tile_flags) {
   TORCH_CHECK(exl3::gemm_wgmma_rs_built(static_cast<int>(codebook), static_cast<int>(bm)),
               "exl3_kernels.gemm_wgmma_rs: no register-A wgmma GEMM for codebook ", codebook, " and BM ", bm,
               " in this library (BM must be 8, 16, 32, 64 or 128, and the build needs 9.0 in TORCH_CUDA_ARCH_LIST; see "
@@ -371,6 +390,7 @@ Tensor gemm_wgmma_rs(const Tensor& xh, const std::vector<Tensor>& trellis, const
     check_aligned(acc, 16, "gemm_wgmma_rs", "acc");
     p.acc = acc.data_ptr<float>();
   }
+  set_tile_flags(p, "gemm_wgmma_rs", tile_flags, bm, xh.device(), true);  // its partial sums go through acc at every split
   c10::cuda::CUDAGuard guard(xh.device());
   if (p.m > 0)
     check_cuda(exl3::launch_gemm_wgmma_rs(p, static_cast<int>(codebook), static_cast<int>(bm),
@@ -577,12 +597,15 @@ TORCH_LIBRARY(exl3_kernels, m) {
   // input transform in linear.py) must not write the trellis, which the GEMM prefetches before it waits.
   // `cluster`: split-k blocks of one output tile reduce through distributed shared memory inside the GEMM (sm_90+,
   // split <= 16; ignored elsewhere): `acc` is then not touched and no epilogue kernel runs.
+  // `tile_flags` (split-k through `acc`): zeroed int32 counters, one per output tile (ceil(m / bm) x n / 128); the last
+  // split block of each tile writes y and re-zeroes acc and its counter, and no epilogue kernel runs
+  // (exl3/splitk_finish.cuh). Immutable for the same reason as `acc`: the op leaves it all zero.
   m.def("gemm(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int bm, int split, Tensor acc, "
-        "ScalarType out_dtype, bool pdl=False, bool lohi=False, bool cluster=False) -> Tensor");
+        "ScalarType out_dtype, bool pdl=False, bool lohi=False, bool cluster=False, Tensor? tile_flags=None) -> Tensor");
   // gemm with the input transform inside (BM16 only, no lohi): x is the raw [m, k] fp16 or bf16 activation and
   // suh the shards' input scales; each k slice (k / split rounded up to 128 columns) must be at most 1024 columns.
   m.def("gemm_x(Tensor x, Tensor[] trellis, Tensor[] suh, Tensor[] svh, Tensor? bias, int codebook, int split, "
-        "Tensor acc, ScalarType out_dtype, bool pdl=False, bool cluster=False) -> Tensor");
+        "Tensor acc, ScalarType out_dtype, bool pdl=False, bool cluster=False, Tensor? tile_flags=None) -> Tensor");
   // The Hopper wgmma GEMM (BM 256; sm_90a, compute capability 9.0 only): arguments and contracts as gemm.
   // stream_k > 0 (split must be 1): stream-k over that many blocks (clamped to the work units), running sums through
   // `acc`, which must then be a buffer of its own: 1024 int32 flags (zero), then 32768 fp32 per block (after clamping).
@@ -590,8 +613,9 @@ TORCH_LIBRARY(exl3_kernels, m) {
         "ScalarType out_dtype, bool pdl=False, int stream_k=0) -> Tensor");
   // The register-A Hopper GEMM (BM 8, 16, 32, 64, 128; sm_90a, compute capability 9.0 only): as gemm, but `acc` is used
   // (and must be large enough) at every split, split 1 included.
+  // `tile_flags` as in gemm (ceil(m / bm) x n / 128 counters): the kernel writes y itself at every split.
   m.def("gemm_wgmma_rs(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int bm, int split, "
-        "Tensor acc, ScalarType out_dtype, bool pdl=False) -> Tensor");
+        "Tensor acc, ScalarType out_dtype, bool pdl=False, Tensor? tile_flags=None) -> Tensor");
   // `acc` as in gemm: read, then re-zeroed (left as the workspace contract wants it), hence immutable.
   m.def("output_transform(Tensor acc, Tensor[] svh, Tensor? bias, int m, ScalarType out_dtype) -> Tensor");
   // `tma` (bf16 W with transforms, sm_90+): the copy-out of reconstruct_bf16.cu by TMA stores; False keeps its

@@ -45,6 +45,10 @@
 // until all reads are done, as CUTLASS ends its distributed-shared-memory kernels. No
 // accumulator, no atomics, no epilogue kernel (that kernel is a graph node of ~1.5 us at m <= 16,
 // bench/results/profiles/overhead-b906f14/), and the sum order is fixed: bit-identical from run to run.
+// Split-k finished by the last block (p.tile_flags, not with the cluster form). After its reductions into the accumulator
+// each split block of an output tile arrives on the tile's counter; the last to arrive reads the tile's rows back from
+// the accumulator (L2), re-zeroes them and writes y with the same finish as split == 1: one kernel per op with the input
+// transform inside, no epilogue kernel (exl3/splitk_finish.cuh has the protocol).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -60,6 +64,7 @@
 #include "exl3/mma.cuh"
 #include "exl3/params.h"
 #include "exl3/pdl.cuh"
+#include "exl3/splitk_finish.cuh"
 #include "exl3/static_for.cuh"
 #include "exl3/store.cuh"
 #include "exl3/trellis.cuh"
@@ -93,24 +98,6 @@ __host__ __device__ constexpr int fused_smem_bytes_for(int bm, int K2, int k16_p
 __host__ __device__ constexpr int fused_smem_max(int bm) {
   return fused_smem_bytes_for(bm, 16, kFusedMaxK16) > gemm_smem_bytes_for(bm, 16)
              ? fused_smem_bytes_for(bm, 16, kFusedMaxK16) : gemm_smem_bytes_for(bm, 16);
-}
-
-// Output Hadamard + svh + bias for the 4 columns [col, col + 4) of one row, then store.
-__device__ __forceinline__ void finish_row4(float v[4], int lane, const GemmShard& sh, int col,
-                                            const float* __restrict__ bias, void* y, int64_t y_off,
-                                            int y_bf16) {
-  fwht128_lane4(v, lane);
-  const int sc = col - sh.col_offset;
-  const uint2 sv = *reinterpret_cast<const uint2*>(sh.svh + sc);
-  const float2 s01 = __half22float2(*reinterpret_cast<const __half2*>(&sv.x));
-  const float2 s23 = __half22float2(*reinterpret_cast<const __half2*>(&sv.y));
-  float o0 = v[0] * kRsqrt128 * s01.x, o1 = v[1] * kRsqrt128 * s01.y;
-  float o2 = v[2] * kRsqrt128 * s23.x, o3 = v[3] * kRsqrt128 * s23.y;
-  if (bias != nullptr) {
-    const float4 b = *reinterpret_cast<const float4*>(bias + col);
-    o0 += b.x; o1 += b.y; o2 += b.z; o3 += b.w;
-  }
-  store4_rn(y, y_off, o0, o1, o2, o3, y_bf16);
 }
 
 // The input transform of one block's rows and k slice into its A buffers (p.fused_it; see the top of this file).
@@ -464,6 +451,13 @@ __global__ void __launch_bounds__(kThreads, GemmOccupancy<BM>::kMinBlocks) gemm_
     EXL3_GEMM_CASE(12) EXL3_GEMM_CASE(14) EXL3_GEMM_CASE(16)
 #undef EXL3_GEMM_CASE
     default: break;
+  }
+  // Split-k finished here by the tile's last block (p.tile_flags; every split block arrives, empty slices too). Once per
+  // kernel, after the K2 switch, not in each K body: 11 inlined copies of the finish made the BM16 object 23% larger.
+  if (p.split > 1 && p.tile_flags != nullptr) {
+    const int row0 = blockIdx.y * BM;
+    splitk_arrive_and_finish<kThreads>(p, sh, splitk_tile_index(p, blockIdx.y, blockIdx.x), p.split, row0,
+                                       min(BM, p.m - row0), col0);
   }
 }
 

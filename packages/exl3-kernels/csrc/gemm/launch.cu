@@ -47,7 +47,8 @@ cudaError_t launch_gemm(const GemmParams& p, int codebook, int bm, bool lohi, cu
   if (codebook == CB && bm == BM && lohi == LOHI) e = launch_gemm_instance<CB, BM, LOHI>(p, stream);
   EXL3_GEMM_INSTANCES(EXL3_DISPATCH)
 #undef EXL3_DISPATCH
-  if (e != cudaSuccess || p.split <= 1 || p.cluster) return e;  // a cluster split-k finishes inside the GEMM
+  // a cluster split-k, and one with tile counters, finishes inside the GEMM
+  if (e != cudaSuccess || p.split <= 1 || p.cluster || p.tile_flags != nullptr) return e;
   return launch_output_transform(p, stream);
 }
 

@@ -6,6 +6,8 @@
 // then splitk_epilogue (launch.cu) applies the output Hadamard, svh and bias, writes y and re-zeroes the accumulator, at
 // every split (also 1: the block's D holds 128 columns of the output as rows spread over both warpgroups, so the
 // 128-point output Hadamard of a row of y would need a trip through shared memory; the epilogue kernel already does it).
+// With tile counters (GemmParams.tile_flags) the kernel finishes y itself from that shared-memory copy of D: at split 1
+// the block alone, at split > 1 the last split block of the tile to arrive, from the accumulator (exl3/splitk_finish.cuh).
 // Integrated from bench/wgmma_rs_proto.cu (all its checks pass on the H200, 687c547; kernel alone against cuBLAS fp16
 // there, e.g. 4096x11008 m = 64 23.3 us where the op's mma.sync GEMM took 33.3 with its transforms: docs/hopper-gemm.md,
 // "Register-A wgmma").
@@ -100,6 +102,7 @@
 #include "exl3/params.h"
 #include "exl3/pdl.cuh"
 #include "exl3/sm90.cuh"
+#include "exl3/splitk_finish.cuh"
 #include "exl3/static_for.cuh"
 #include "exl3/tensor_map.h"
 #include "exl3/trellis.cuh"
@@ -476,13 +479,27 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
   }
   __syncthreads();
   const int rows = min(BM, p.m - m0);
+  // With tile counters (p.tile_flags) the tile is finished here, not by the split-k epilogue kernel: at split 1 this
+  // block holds the whole sum and writes y from T; at split > 1 the last non-empty split block to arrive reads the sum
+  // back from the accumulator (exl3/splitk_finish.cuh; the empty last slices returned before their k loop).
+  const bool whole = p.tile_flags != nullptr && p.split == 1;
   for (int r = warp; r < rows; r += kThreads / 32) {
     float4 v;
     asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
                  : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
                  : "r"(xs0 + 4u * (r * kTRow + 4 * lane))
                  : "memory");
-    red_add_f32x4(p.acc + static_cast<int64_t>(m0 + r) * p.n_total + col0 + 4 * lane, v);
+    const int64_t off = static_cast<int64_t>(m0 + r) * p.n_total + col0 + 4 * lane;
+    if (whole) {
+      float t[4] = {v.x, v.y, v.z, v.w};
+      finish_row4(t, lane, sh, col0 + 4 * lane, p.bias, p.y, off, p.y_bf16);
+    } else {
+      red_add_f32x4(p.acc + off, v);
+    }
+  }
+  if (p.tile_flags != nullptr && !whole) {
+    const int nonempty = (p.k / kBK + sps - 1) / sps;  // split blocks with stages: the ones that arrive
+    splitk_arrive_and_finish<kThreads>(p, sh, splitk_tile_index(p, blockIdx.y, col0 / kBN), nonempty, m0, rows, col0);
   }
 }
 
@@ -594,7 +611,8 @@ cudaError_t launch_gemm_wgmma_rs(const GemmParams& p, int codebook, int bm, cuda
 #if EXL3_WGMMA_CB_MASK & 4
   if (codebook == 2) e = rs::launch_cb<2>(rp, bm, stream);
 #endif
-  if (e == cudaSuccess) e = launch_output_transform(p, stream);  // every split: output Hadamard, svh, bias; re-zeroes acc
+  // every split without tile counters: output Hadamard, svh, bias; re-zeroes acc (with them the kernel finished y)
+  if (e == cudaSuccess && p.tile_flags == nullptr) e = launch_output_transform(p, stream);
   if (e != cudaSuccess) {
     // a launch after the first (a later K run, or the epilogue) failed after sums were added: leave the process-wide
     // accumulator zero, as every later split-k call expects (review of b10f4c7)

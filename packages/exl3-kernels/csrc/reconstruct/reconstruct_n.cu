@@ -21,7 +21,7 @@
 // +1), c2, c3 = (k g+8; same n'). 8-point part (n bits 4-6 = the tile index j inside the block): butterflies
 // across the 8 tiles on the fp32 C fragments, in registers. H_128[n][n'] = H_8[j][j'] H_16[r][r'] for
 // n = 16j + r (Sylvester order, docs/exl3-format.md §4.1), so this is the full unnormalised transform; then
-// * svh[n'] / sqrt(128) and one rounding, as the GEMM epilogue does (gemm_kernel.cuh, finish_row4).
+// * svh[n'] / sqrt(128) and one rounding, as the GEMM epilogue does (exl3/splitk_finish.cuh, finish_row4).
 // Stores. Per row (k g, then k g+8) and tile j', a lane holds words for n' 2q.. (h = 0) and 8+2q.. (h = 1).
 // Lanes q and q^1 swap one word (the lane-pair swap of reconstruct_t.cu), after which every lane holds 8
 // contiguous bytes (q = 0: n' 0-3, 1: 8-11, 2: 4-7, 3: 12-15) and one STG.64 writes 8 rows x 32 bytes: whole

@@ -100,13 +100,14 @@ def _register_fakes() -> None:
         return x.new_empty((len(suh), x.shape[0], x.shape[1] * (2 if lohi else 1)), dtype=out_dtype or torch.float16)
 
     @torch.library.register_fake(lib + "gemm")
-    def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl=False, lohi=False, cluster=False):
+    def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl=False, lohi=False, cluster=False,
+          tile_flags=None):
         n_total = sum(t.shape[1] * 16 for t in trellis)
         return xh.new_empty((xh.shape[1], n_total), dtype=out_dtype)
 
     if hasattr(torch.ops.exl3_kernels, "gemm_x"):  # libraries built before the fused input transform lack the op
         @torch.library.register_fake(lib + "gemm_x")
-        def _(x, trellis, suh, svh, bias, codebook, split, acc, out_dtype, pdl=False, cluster=False):
+        def _(x, trellis, suh, svh, bias, codebook, split, acc, out_dtype, pdl=False, cluster=False, tile_flags=None):
             n_total = sum(t.shape[1] * 16 for t in trellis)
             return x.new_empty((x.shape[0], n_total), dtype=out_dtype)
 
@@ -118,7 +119,7 @@ def _register_fakes() -> None:
 
     if hasattr(torch.ops.exl3_kernels, "gemm_wgmma_rs"):  # libraries built before the register-A GEMM lack the op
         @torch.library.register_fake(lib + "gemm_wgmma_rs")
-        def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl=False):
+        def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl=False, tile_flags=None):
             n_total = sum(t.shape[1] * 16 for t in trellis)
             return xh.new_empty((xh.shape[1], n_total), dtype=out_dtype)
 
@@ -157,7 +158,7 @@ def input_transform(x: torch.Tensor, suh: list[torch.Tensor], out_dtype: torch.d
 
 def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], bias: torch.Tensor | None,
          codebook: int, bm: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype, lohi: bool = False,
-         cluster: bool | None = None) -> torch.Tensor:
+         cluster: bool | None = None, tile_flags: torch.Tensor | None = None) -> torch.Tensor:
     """Trellis GEMM with fused output transform: y = had_n(xh @ Ŵ) * svh + bias.
 
     Args:
@@ -184,12 +185,20 @@ def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor],
     (csrc/gemm/gemm_kernel.cuh, "Split-k in a cluster"): ``acc`` is then not touched (and its size not checked: any
     fp32 CUDA tensor will do), no epilogue kernel runs, and reruns are bit-identical. Libraries built before the option ignore the variable; ``cluster=True`` with such a
     library raises RuntimeError.
+
+    ``tile_flags``: int32 counters (:func:`workspace.splitk_flags`, zero before and after, at least ceil(m / bm) x
+    sum n_s / 128 of them) for a split-k GEMM through ``acc``: the last split block of each output tile writes y and
+    re-zeroes ``acc`` (csrc/include/exl3/splitk_finish.cuh), so no epilogue kernel runs. Ignored at split 1, with the
+    cluster reduction, and by libraries built before it (:func:`has_tile_flags`).
     """
     pdl = env.get_bool("PDL", True)
     if cluster is None:
         cluster = env.get_bool("CLUSTER", False) and _gemm_has_cluster_arg()
     elif cluster and not _gemm_has_cluster_arg():
         raise RuntimeError("exl3_kernels.gemm: cluster=True needs a library with the cluster split-k (this one predates it)")
+    if tile_flags is not None and split > 1 and not cluster and has_tile_flags():
+        return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, lohi,
+                                           False, tile_flags)
     if split > 1 and cluster:
         return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, lohi, True)
     if not lohi:  # the default: also works with libraries built before the lohi argument
@@ -204,7 +213,7 @@ def gemm_x_built() -> bool:
 
 def gemm_x(x: torch.Tensor, trellis: list[torch.Tensor], suh: list[torch.Tensor], svh: list[torch.Tensor],
            bias: torch.Tensor | None, codebook: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype,
-           cluster: bool | None = None) -> torch.Tensor:
+           cluster: bool | None = None, tile_flags: torch.Tensor | None = None) -> torch.Tensor:
     """The BM16 trellis GEMM with the input transform inside: y = had_n(had_k(x * suh_s) @ Ŵ_s) * svh_s + bias, one
     kernel (two with split-k through the accumulator), no xh in global memory (csrc/gemm/gemm_kernel.cuh, "Input
     transform inside the GEMM"). Each block transforms its own rows and k slice, bit-identical to
@@ -215,6 +224,7 @@ def gemm_x(x: torch.Tensor, trellis: list[torch.Tensor], suh: list[torch.Tensor]
         trellis, svh, bias, codebook, acc, out_dtype: as :func:`gemm`; suh: per shard fp16 [k].
         split: split-k factor; each k slice (:func:`plan.fused_it_slice`) must be at most 1024 columns.
         cluster: as :func:`gemm` (None = CUDA_EXL3_CLUSTER).
+        tile_flags: as :func:`gemm` (with them a split-k plan is one kernel).
     Returns:
         [m, sum n_s] in ``out_dtype``.
     Raises:
@@ -223,8 +233,23 @@ def gemm_x(x: torch.Tensor, trellis: list[torch.Tensor], suh: list[torch.Tensor]
     pdl = env.get_bool("PDL", True)
     if cluster is None:
         cluster = env.get_bool("CLUSTER", False)
-    return torch.ops.exl3_kernels.gemm_x(x, trellis, suh, svh, bias, codebook, split, acc, out_dtype, pdl,
-                                         bool(cluster and split > 1))
+    cluster = bool(cluster and split > 1)
+    if tile_flags is not None and split > 1 and not cluster and has_tile_flags():
+        return torch.ops.exl3_kernels.gemm_x(x, trellis, suh, svh, bias, codebook, split, acc, out_dtype, pdl, False,
+                                             tile_flags)
+    return torch.ops.exl3_kernels.gemm_x(x, trellis, suh, svh, bias, codebook, split, acc, out_dtype, pdl, cluster)
+
+
+_TILE_FLAGS_ARG: bool | None = None
+
+
+def has_tile_flags() -> bool:
+    """Whether the loaded library's GEMMs take ``tile_flags`` (split-k finished inside the GEMM); cached."""
+    global _TILE_FLAGS_ARG
+    if _TILE_FLAGS_ARG is None:
+        _TILE_FLAGS_ARG = bool(load() and any(
+            a.name == "tile_flags" for a in torch.ops.exl3_kernels.gemm.default._schema.arguments))
+    return _TILE_FLAGS_ARG
 
 
 def _gemm_has_cluster_arg() -> bool:
@@ -286,18 +311,24 @@ def wgmma_has_stream_k() -> bool:
 
 
 def gemm_wgmma_rs(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], bias: torch.Tensor | None,
-                  codebook: int, bm: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+                  codebook: int, bm: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype,
+                  tile_flags: torch.Tensor | None = None) -> torch.Tensor:
     """The register-A Hopper trellis GEMM (csrc/gemm_sm90/wgmma_rs_gemm.cu): the decoded trellis is the wgmma A
     operand from registers, ``xh`` the B operand from shared memory; BM (``bm``) = 8, 16, 32, 64 or 128 rows per block.
 
     Same arguments and result as :func:`gemm`, except that the kernel adds its fp32 partial sums into ``acc`` at every
     split (split 1 included) and the split-k epilogue writes y and re-zeroes ``acc``: ``acc`` must hold m * n_total
     zeros. Needs :func:`wgmma_rs_usable` (built for ``codebook``, compute capability 9.0). PDL as in :func:`gemm`.
+    ``tile_flags`` (as :func:`gemm`, at every split here): the kernel writes y itself, from its own partial sums at
+    split 1 (``acc`` untouched) and by the last split block of each tile at split > 1; no epilogue kernel runs.
 
     Raises:
         RuntimeError when the library has no such kernel for the codebook and BM, the device is not 9.0, the
         accumulator is too small, or on the argument checks of :func:`gemm`.
     """
+    if tile_flags is not None and has_tile_flags():
+        return torch.ops.exl3_kernels.gemm_wgmma_rs(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype,
+                                                    env.get_bool("PDL", True), tile_flags)
     return torch.ops.exl3_kernels.gemm_wgmma_rs(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype,
                                                 env.get_bool("PDL", True))
 
@@ -516,3 +547,4 @@ def compiled_k2() -> list[int]:
     """K2 = 2K values compiled into the library."""
     mask = torch.ops.exl3_kernels.compiled_k2_mask()
     return [k2 for k2 in range(2, 17) if (mask >> k2) & 1]
+

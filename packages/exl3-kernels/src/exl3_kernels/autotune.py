@@ -44,9 +44,9 @@ from typing import Callable
 
 import torch
 
-from . import env
-from .plan import (BM_TIERS, CLUSTER_MAX_SPLIT, RS_BM_TIERS, WGMMA_BM, LayerShape, Plan, candidates, cost_model,
-                   m_bucket)
+from . import _ops, env
+from .plan import (BM_TIERS, CLUSTER_MAX_SPLIT, RS_BM_TIERS, SPLITK_FINISH_MAX_M, WGMMA_BM, LayerShape, Plan, candidates,
+                   cost_model, m_bucket)
 
 _cache: dict[tuple, Plan] = {}
 _sm_count: dict[int, int] = {}
@@ -242,12 +242,13 @@ def _time(fn: Callable[[], object], device: torch.device, reps: int = 5, graph: 
     return max(t, 1e-6)
 
 
-def kernel_count(p: Plan, cluster_forced: bool = False) -> int:
+def kernel_count(p: Plan, cluster_forced: bool = False, m: int = 1) -> int:
     """Kernels one call of a single-chunk layer launches with plan ``p``, as the tie rule counts them: the input
     transform unless fused into the GEMM, the GEMM, and the split-k epilogue when the partials go through the
     accumulator (``cluster_forced``: CUDA_EXL3_CLUSTER=1, where every split-k GEMM reduces in a cluster); reconstruct
     W + cuBLAS, reconstruct_n and reconstruct_act input transform + W + cuBLAS (+ the output transform for
-    reconstruct_act). Approximate for the dense paths: a bias cast, one cuBLAS call per shard and per column chunk are
+    reconstruct_act); ``m``: the rows of the call (its bucket), which decide whether split-k is finished inside the GEMM
+    (:func:`splitk_finish_on`). Approximate for the dense paths: a bias cast, one cuBLAS call per shard and per column chunk are
     not counted (they are timed alike in every finalist of those paths, and the rule only matters at small m, where
     the finalists are GEMM plans)."""
     if p.path == "reconstruct":
@@ -256,21 +257,31 @@ def kernel_count(p: Plan, cluster_forced: bool = False) -> int:
         return 3
     if p.path == "reconstruct_act":
         return 4
-    if p.path == "wgmma_rs":  # input transform, GEMM, split-k epilogue at every split
-        return 3
+    finish = splitk_finish_on(m)  # split-k finished inside the GEMM (tile counters): no epilogue kernel
+    if p.path == "wgmma_rs":  # input transform, GEMM, and the split-k epilogue at every split unless the GEMM finishes
+        return 2 if finish else 3
     via_acc = p.split > 1 and not p.cluster and not (cluster_forced and p.path == "gemm")
-    return (0 if p.fused_it else 1) + 1 + (1 if via_acc else 0)
+    return (0 if p.fused_it else 1) + 1 + (1 if via_acc and not (finish and p.path == "gemm") else 0)
+
+
+def splitk_finish_on(m: int) -> bool:
+    """Whether a call of m rows finishes split-k inside the GEMM: m <= plan.SPLITK_FINISH_MAX_M (measured: faster up to
+    m = 4, slower from m = 16), CUDA_EXL3_SPLITK_FINISH (default on) and a library whose GEMMs take tile counters
+    (:func:`_ops.has_tile_flags`). Split-k plans through the accumulator (and every register-A plan) are then finished
+    by the last split block of each output tile, and no split-k epilogue kernel runs
+    (csrc/include/exl3/splitk_finish.cuh). One rule for a whole m bucket (buckets are powers of two)."""
+    return m <= SPLITK_FINISH_MAX_M and env.get_bool("SPLITK_FINISH", True) and _ops.has_tile_flags()
 
 
 def _key(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, deterministic: bool) -> tuple:
     """Cache key of a plan: (shape, m bucket, dtype, device, deterministic mode, then every variable that changes the
     candidates or their timings: CUDA_EXL3_CLUSTER unset / 0 / 1 (which split-k plans exist and how the accumulator
-    plans run), FUSED_IT, WGMMA, WGMMA_RS, PDL, SPLITK_WORKSPACE_MB (which split-k plans fit), RECON_MIN_M (the
+    plans run), FUSED_IT, WGMMA, WGMMA_RS, PDL, SPLITK_FINISH, SPLITK_WORKSPACE_MB (which split-k plans fit), RECON_MIN_M (the
     cost model's dense-path threshold) and AUTOTUNE_GRAPH (how candidates are timed)). Changing one of them in a running
     process gives new plans instead of stale ones."""
     return (shape, m_bucket(m), dtype, device, deterministic, cluster_mode(), env.get_bool("FUSED_IT", True),
             env.get_bool("WGMMA", True), env.get_bool("WGMMA_RS", True), env.get_bool("WGMMA_SK", True),
-            env.get_bool("PDL", True),
+            env.get_bool("PDL", True), env.get_bool("SPLITK_FINISH", True),
             env.get_int("SPLITK_WORKSPACE_MB", 64),
             env.get_int("RECON_MIN_M", 1024), env.get_bool("AUTOTUNE_GRAPH", False))
 
@@ -320,10 +331,11 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
                     final[c] = _time(lambda: run(c), device, reps=FINALIST_REPS, graph=graph)
             plan = min(finalists, key=lambda c: final[c])
             forced = cluster_mode() is True and cluster_splitk
-            fewer = [c for c in finalists if kernel_count(c, forced) < kernel_count(plan, forced)
+            mb = m_bucket(m)  # the bucket's largest m decides the split-k finish, as linear._tile_flags does per call
+            fewer = [c for c in finalists if kernel_count(c, forced, mb) < kernel_count(plan, forced, mb)
                      and 1000.0 * (final[c] - final[plan]) <= NODE_TIE_US + 1e-9]
             if fewer and not graph:  # graph timings already credit fewer kernels
-                plan = min(fewer, key=lambda c: (kernel_count(c, forced), final[c]))
+                plan = min(fewer, key=lambda c: (kernel_count(c, forced, mb), final[c]))
             _cache[key] = plan
             _timings[key] = {"first": {str(c): 1000.0 * t for c, t in first.items()},
                              "finalists": {str(c): 1000.0 * final[c] for c in finalists}}

@@ -203,7 +203,8 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
     if plan.path == "wgmma_rs":  # the kernel reduces through the accumulator at every split
         xh = _ops.input_transform(x2, suh)
         return _ops.gemm_wgmma_rs(xh, trellis, svh, bias32, codebook, plan.bm, plan.split,
-                                  workspace.splitk_acc(x2.device), x2.dtype)
+                                  workspace.splitk_acc(x2.device), x2.dtype,
+                                  tile_flags=_tile_flags(x2, trellis, plan.bm))
     if plan.path == "wgmma":
         xh = _ops.input_transform(x2, suh)
         if plan.stream_k and _ops.wgmma_has_stream_k():
@@ -215,12 +216,25 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
     if plan.fused_it:  # one kernel (two with split-k through the accumulator): no input transform node
         acc = workspace.splitk_acc(x2.device) if plan.split > 1 else x2  # not touched (nor size-checked) by a cluster
         return _ops.gemm_x(x2, trellis, suh, svh, bias32, codebook, plan.split, acc, x2.dtype,
-                           True if plan.cluster else None)
+                           True if plan.cluster else None,
+                           tile_flags=_tile_flags(x2, trellis, 16) if plan.split > 1 and not plan.cluster else None)
     xh = _ops.input_transform(x2, suh, lohi=plan.lohi)
     acc = workspace.splitk_acc(x2.device) if plan.split > 1 else xh
     # a cluster plan reduces in a cluster; otherwise CUDA_EXL3_CLUSTER decides (unset / 0: the accumulator)
     cluster = True if plan.cluster else None
-    return _ops.gemm(xh, trellis, svh, bias32, codebook, plan.bm, plan.split, acc, x2.dtype, plan.lohi, cluster)
+    flags = _tile_flags(x2, trellis, plan.bm) if plan.split > 1 and not plan.cluster else None
+    return _ops.gemm(xh, trellis, svh, bias32, codebook, plan.bm, plan.split, acc, x2.dtype, plan.lohi, cluster,
+                     tile_flags=flags)
+
+
+def _tile_flags(x2: torch.Tensor, trellis: list[torch.Tensor], bm: int) -> torch.Tensor | None:
+    """The tile counters that let a GEMM finish split-k itself (workspace.splitk_flags), or None: m above
+    plan.SPLITK_FINISH_MAX_M or CUDA_EXL3_SPLITK_FINISH off (autotune.splitk_finish_on), or more output tiles than
+    counters (the split-k epilogue kernel then runs)."""
+    if not autotune.splitk_finish_on(x2.shape[0]):
+        return None
+    tiles = -(-x2.shape[0] // bm) * (sum(t.shape[1] * 16 for t in trellis) // 128)
+    return workspace.splitk_flags(x2.device) if tiles <= workspace.SPLITK_FLAGS else None
 
 
 _rs_fallback_warned = False

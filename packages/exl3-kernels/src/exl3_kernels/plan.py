@@ -186,6 +186,15 @@ CLUSTER_MAX_M = 256
 # at most FUSED_IT_MAX_SLICE columns (shared memory; _ops.fused_it_slice, params.h kFusedMaxK16).
 FUSED_IT_MAX_M = 16
 FUSED_IT_MAX_SLICE = 1024
+# Split-k finished inside the GEMM by the last split block of each output tile (tile counters, no split-k epilogue
+# kernel; csrc/include/exl3/splitk_finish.cuh) up to m = SPLITK_FINISH_MAX_M. Measured on the H200 (library of the
+# nineteenth session, K = 4 mcg, the autotuner free, CUDA_EXL3_SPLITK_FINISH=0 / 1 alternating, two rounds,
+# bench/results/profiles/splitk-finish-s19/): m = 1-4 -5.5 to -9.3% on 4096x4096 (9.6 -> 9.0 us at m = 1) and qkv
+# (13.6 -> 12.9), -1.3 to +1.2% on the three larger shapes; m = 8 -0.7 to +1.9%; from m = 16 slower everywhere, +2 to
+# +7% at 16 and up to +39% at m = 64 with the register-A GEMM (4096x4096 13.3 -> 18.5 us): the finishing block reads its
+# tile's rows back from L2 row after row (BM / 8 rows per warp), on the critical path, where the epilogue kernel spreads
+# them over m x n / 128 warps.
+SPLITK_FINISH_MAX_M = 4
 
 
 def fused_it_slice(k: int, split: int) -> int:

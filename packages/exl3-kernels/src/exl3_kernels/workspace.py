@@ -8,10 +8,14 @@
   running sums per block; plan.sk_acc_elems). Contract: the flags are zero between ops (the kernel resets them); the
   slots may hold anything (every slot is written before it is read in a call), which is why this is not the split-k
   accumulator, whose contract is all zero.
+- ``splitk_flags(device)``: int32 counters, one per output tile, for split-k finished inside the GEMM by the last split
+  block of each tile (csrc/include/exl3/splitk_finish.cuh). Contract: all zero between ops (the finishing block resets
+  its tile's counter). SPLITK_FLAGS entries (256 KB); a call with more tiles than that runs the split-k epilogue kernel
+  instead (linear.py).
 - ``recon(device, numel, dtype)``: the dense-W buffer of the reconstruct path (grow-only, capped by
   CUDA_EXL3_RECON_WORKSPACE_MB; larger layers are processed in column chunks).
 
-All three must be created before CUDA-graph capture (vLLM's profile run does that: it runs the largest batch
+All of them must be created before CUDA-graph capture (vLLM's profile run does that: it runs the largest batch
 eagerly first, and the autotuner times every candidate, stream-k included, eagerly). Growing one during capture
 raises, because an allocation inside capture would belong to the graph's private pool; a reconstruct or stream-k
 buffer outgrown later (e.g. by an lm_head computed eagerly) is kept alive, never freed, because graphs captured
@@ -25,6 +29,10 @@ import torch
 from . import env
 
 _acc: dict[int, torch.Tensor] = {}
+_flags: dict[int, torch.Tensor] = {}
+# Tile counters of splitk_flags: ceil(m / BM) x n / 128 per call; 65536 covers e.g. a 128256-column lm_head (1002 column
+# blocks) at BM 8 up to m = 520, and every split-k plan of the benchmark shapes (at most a few thousand tiles).
+SPLITK_FLAGS = 65536
 _sk: dict[int, torch.Tensor] = {}
 _recon: dict[int, torch.Tensor] = {}
 # Buffers replaced by a bigger one stay referenced for the life of the process: a CUDA graph captured while
@@ -52,6 +60,20 @@ def splitk_acc(device: torch.device) -> torch.Tensor:
                                "(run one eager forward first)")
         t = torch.zeros(splitk_capacity(), dtype=torch.float32, device=torch.device("cuda", i))
         _acc[i] = t
+    return t
+
+
+def splitk_flags(device: torch.device) -> torch.Tensor:
+    """The zeroed int32 [SPLITK_FLAGS] tile counters of ``device`` (allocated on first use; like the accumulator, before
+    CUDA-graph capture, RuntimeError otherwise)."""
+    i = _index(device)
+    t = _flags.get(i)
+    if t is None:
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("exl3_kernels: the split-k tile counters must be created before CUDA-graph capture "
+                               "(run one eager forward first)")
+        t = torch.zeros(SPLITK_FLAGS, dtype=torch.int32, device=torch.device("cuda", i))
+        _flags[i] = t
     return t
 
 
@@ -99,6 +121,7 @@ def recon(device: torch.device, numel: int, dtype: torch.dtype) -> torch.Tensor:
 def reset() -> None:
     """Drop all workspaces (tests only: never while a captured CUDA graph may replay)."""
     _acc.clear()
+    _flags.clear()
     _sk.clear()
     _recon.clear()
     _retired.clear()

@@ -177,7 +177,7 @@ def test_rs_pin_beyond_the_accumulator_falls_back(monkeypatch):
     rows = workspace.splitk_capacity() // 1024 + 1
     calls = []
     real = _ops.gemm_wgmma_rs
-    monkeypatch.setattr(_ops, "gemm_wgmma_rs", lambda *a: calls.append(a[5]) or real(*a))
+    monkeypatch.setattr(_ops, "gemm_wgmma_rs", lambda *a, **k: calls.append(a[5]) or real(*a, **k))
     autotune.clear()
     x = torch.randn(rows, 512, device="cuda", dtype=torch.float16)
     y = exl3_linear(x, layer)
@@ -203,7 +203,7 @@ def test_rs_layer_pin_and_autotune(dtype, monkeypatch):
     monkeypatch.setenv("CUDA_EXL3_AUTOTUNE", "0")
     calls = []
     real = _ops.gemm_wgmma_rs
-    monkeypatch.setattr(_ops, "gemm_wgmma_rs", lambda *a: calls.append((a[5], a[6])) or real(*a))
+    monkeypatch.setattr(_ops, "gemm_wgmma_rs", lambda *a, **k: calls.append((a[5], a[6])) or real(*a, **k))
     for bm, split in (("16", "1"), ("128", "3")):
         monkeypatch.setenv("CUDA_EXL3_BM", bm)
         monkeypatch.setenv("CUDA_EXL3_SPLIT", split)

@@ -56,6 +56,10 @@ struct GemmParams {
                       // per-block flags, y written by the kernel, no epilogue kernel, deterministic for a block count
   int* sk_flags;      // stream_k: [stream_k] int32, all zero on entry and on exit (a fixed region before the slots in
                       // acc, which is then the stream-k buffer, not the split-k accumulator: ops.cpp, gemm_wgmma)
+  int* tile_flags;    // split-k through acc (mma.sync GEMM at split > 1, register-A GEMM at every split), or nullptr:
+                      // one int32 counter per output tile (ceil(m / BM) x n_total / 128, row-block major), all zero on
+                      // entry and on exit; the last split block of a tile to arrive writes its y rows and re-zeroes acc,
+                      // and no split-k epilogue kernel runs (exl3/splitk_finish.cuh)
 };
 
 struct ReconstructParams {

@@ -1,0 +1,92 @@
+// The output transform of one row block of y (finish_row4), and split-k finished inside the GEMM by the last split block
+// of each output tile to arrive (splitk_arrive_and_finish), so that no split-k epilogue kernel runs after the GEMM.
+//
+// Why: at m <= 64 an op is two or three graph nodes of ~1.5-2 us each on top of its GEMM (bench/overhead_sweep.py, the
+// intercept of the op time at k -> 0: 5.65 us with the input transform, GEMM and split-k epilogue, 3.76 us once the
+// input transform went inside the GEMM, bench/results/profiles/gemm-x-0942892/), and that fixed part is 40% of the op on
+// 4096x4096 at m = 1. The split-k epilogue kernel is one of those nodes at every split-k plan (and at every plan of the
+// register-A GEMM, whose partial sums always go through the accumulator).
+//
+// Protocol (GemmParams.tile_flags: one int32 counter per output tile (128 columns x BM rows), all zero between ops):
+//   1. every split block of the tile adds its partial sums into p.acc (red.global.add, relaxed, gpu scope) as before;
+//   2. bar.sync, then thread 0 adds 1 to the tile's counter with atom.acq_rel.gpu: the release half publishes the
+//      block's reductions (cumulative through the barrier: the pattern of CUTLASS's split-k semaphore, and of the
+//      stream-k hand-over in wgmma_gemm.cu), the acquire half makes every earlier arrival's reductions visible;
+//   3. the block that reads `expected - 1` is the last: it resets the counter (every other block has arrived), and after
+//      a second bar.sync its warps take the tile's rows: lane l loads columns 4l..4l+3 of the row from the accumulator
+//      (ld.global.cg: from L2, never a stale L1 line), writes zeros back (the workspace contract), and runs the same
+//      output Hadamard, svh, bias and rounding as the split-k epilogue kernel (finish_row4). The sum order of the
+//      reductions is the hardware's, as with the epilogue kernel: not deterministic (deterministic mode never plans
+//      split-k through the accumulator).
+// `expected` is the number of split blocks of the tile that arrive: the GEMM's empty last slices arrive too (they add
+// zeros), the register-A GEMM's return before their k loop and are not counted.
+#pragma once
+#include <cstdint>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "exl3/hadamard.cuh"
+#include "exl3/params.h"
+#include "exl3/store.cuh"
+
+namespace exl3 {
+
+// Output Hadamard + svh + bias for the 4 columns [col, col + 4) of one row (lane l of a warp holds columns 4l..4l+3 of
+// the row's 128-column block), then one rounding to y's dtype and an 8-byte store at y + y_off.
+__device__ __forceinline__ void finish_row4(float v[4], int lane, const GemmShard& sh, int col,
+                                            const float* __restrict__ bias, void* y, int64_t y_off,
+                                            int y_bf16) {
+  fwht128_lane4(v, lane);
+  const int sc = col - sh.col_offset;
+  const uint2 sv = *reinterpret_cast<const uint2*>(sh.svh + sc);
+  const float2 s01 = __half22float2(*reinterpret_cast<const __half2*>(&sv.x));
+  const float2 s23 = __half22float2(*reinterpret_cast<const __half2*>(&sv.y));
+  float o0 = v[0] * kRsqrt128 * s01.x, o1 = v[1] * kRsqrt128 * s01.y;
+  float o2 = v[2] * kRsqrt128 * s23.x, o3 = v[3] * kRsqrt128 * s23.y;
+  if (bias != nullptr) {
+    const float4 b = *reinterpret_cast<const float4*>(bias + col);
+    o0 += b.x; o1 += b.y; o2 += b.z; o3 += b.w;
+  }
+  store4_rn(y, y_off, o0, o1, o2, o3, y_bf16);
+}
+
+// Tile index of the counter: row block rb (BM rows) of the fused output, 128-column block cb.
+__device__ __forceinline__ int splitk_tile_index(const GemmParams& p, int rb, int cb) { return rb * (p.n_total / 128) + cb; }
+
+__device__ __forceinline__ int atom_add_acq_rel_gpu(int* addr, int v) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(addr), "r"(v) : "memory");
+  return old;
+}
+
+// Steps 2 and 3 of the protocol above, called by every thread of a block of kBlockThreads threads after its reductions
+// into p.acc: rows [row0, row0 + rows) x columns [col0, col0 + 128) of the tile `tile` (splitk_tile_index), whose
+// shard is `sh`. Returns whether this block finished the tile (uniform over the block).
+template <int kBlockThreads>
+__device__ __forceinline__ bool splitk_arrive_and_finish(const GemmParams& p, const GemmShard& sh, int tile, int expected,
+                                                         int row0, int rows, int col0) {
+  __syncthreads();  // every thread's reductions precede thread 0's release in causality order
+  int last = 0;
+  if (threadIdx.x == 0) {
+    int* flag = p.tile_flags + tile;
+    const int old = atom_add_acq_rel_gpu(flag, 1);
+    last = old == expected - 1;
+    if (last) *flag = 0;  // all blocks of the tile have arrived: zero again for the next op
+  }
+  // bar.red.or: a barrier (ordering as bar.sync) that also broadcasts thread 0's answer; no static shared memory, which
+  // the kernels' dynamic shared memory sizes do not leave room for at their largest tiers
+  if (!__syncthreads_or(last)) return false;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int col = col0 + 4 * lane;
+  for (int r = warp; r < rows; r += kBlockThreads / 32) {
+    const int64_t off = static_cast<int64_t>(row0 + r) * p.n_total + col;
+    float4* a = reinterpret_cast<float4*>(p.acc + off);
+    const float4 t = __ldcg(a);
+    __stcg(a, make_float4(0.f, 0.f, 0.f, 0.f));  // leave the accumulator as we found it: all zero
+    float v[4] = {t.x, t.y, t.z, t.w};
+    finish_row4(v, lane, sh, col, p.bias, p.y, off, p.y_bf16);
+  }
+  return true;
+}
+
+}  // namespace exl3
