@@ -359,8 +359,9 @@ Tensor gemm_wgmma(const Tensor& xh, const std::vector<Tensor>& trellis, const st
 }
 
 // The register-A Hopper GEMM (csrc/gemm_sm90/wgmma_rs_gemm.cu): the contract of gemm for BM 8, 16, 32, 64 or 128, except
-// that `acc` is used at every split (the kernel adds its partial sums there and splitk_epilogue writes y), so it must
-// hold m * n_total fp32 zeros even at split 1. sm_90a code only.
+// that `acc` is used at every split (the kernel adds its partial sums there and splitk_epilogue writes y, or with
+// tile_flags the kernel itself), so it must hold m * n_total fp32 zeros even at split 1 (where with tile_flags it is in
+// fact not touched). sm_90a code only.
 Tensor gemm_wgmma_rs(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh,
                      const std::optional<Tensor>& bias, int64_t codebook, int64_t bm, int64_t split, const Tensor& acc,
                      at::ScalarType out_dtype, bool pdl, const std::optional<Tensor>& tile_flags) {

@@ -23,7 +23,8 @@
 // conflict-free), runs the 128-point FWHT in registers + shuffles (hadamard.cuh), multiplies by
 // svh / sqrt(128), adds the bias, rounds once to the output dtype and writes 8 bytes (coalesced rows).
 // Split-k (split > 1). The same rows are reduced with 16-byte red.global.add.f32 into the fp32
-// accumulator; the epilogue kernel (splitk_epilogue) applies the transform and re-zeroes it.
+// accumulator; the epilogue kernel (splitk_epilogue) applies the transform and re-zeroes it, or (p.tile_flags, at m <= 4)
+// the tile's last split block does (below).
 // Input transform inside the GEMM (p.fused_it, BM16 plans at small m; not with lohi). At m <= 16 an op is about three
 // graph nodes of ~1.5 us plus the GEMM (bench/results/profiles/overhead-b906f14/): the input transform is one of them.
 // With fused_it the block reads x itself: after the prologue's trellis copies and the PDL wait, its 8 warps take the
@@ -356,7 +357,7 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   }
   cp_async_wait<0>();
   __syncthreads();
-  pdl_launch_dependents();  // the split-k epilogue (if any) may launch now; it waits for this grid to finish
+  pdl_launch_dependents();  // the next kernel (split-k epilogue, or the next op's) may launch; it waits for this grid
 
   // Stage accumulators as fp32 [BM][kEpiStride] (reuses the pipeline buffers).
   float* epi = reinterpret_cast<float*>(smem);
@@ -454,6 +455,8 @@ __global__ void __launch_bounds__(kThreads, GemmOccupancy<BM>::kMinBlocks) gemm_
   }
   // Split-k finished here by the tile's last block (p.tile_flags; every split block arrives, empty slices too). Once per
   // kernel, after the K2 switch, not in each K body: 11 inlined copies of the finish made the BM16 object 23% larger.
+  // Never together with the cluster form (which writes y itself): the host sets tile_flags only when the partial sums go
+  // through p.acc (ops.cpp, set_tile_flags).
   if (p.split > 1 && p.tile_flags != nullptr) {
     const int row0 = blockIdx.y * BM;
     splitk_arrive_and_finish<kThreads>(p, sh, splitk_tile_index(p, blockIdx.y, blockIdx.x), p.split, row0,

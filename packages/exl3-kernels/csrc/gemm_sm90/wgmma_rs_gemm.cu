@@ -74,7 +74,8 @@
 // PDL: the block issues the trellis copies of its first stages, then griddepcontrol.wait (the input transform before it
 // writes xh), then the x copies. After the
 // k loop, griddepcontrol.launch_dependents lets the next kernel launch (fourteenth session; before, it launched at this
-// grid's completion): the split-k epilogue, or with mixed K the next K run's grid (see the comment at the trigger).
+// grid's completion): the split-k epilogue (or, with tile counters, the next op's first kernel), or with mixed K the next
+// K run's grid (see the comment at the trigger).
 // K: one kernel per (codebook, K2, BM); a fused layer with mixed K is one launch per run of shards of equal K
 // (launch_cb), each over its own column blocks.
 // Loads by TMA (sixteenth session): with 16-byte cp.async every thread spends ~30 of the ~215 SASS instructions of a
@@ -444,7 +445,8 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
     s += 4;
   } while (s < ns);
   // the next kernel may launch now (programmatic dependent launch), as after the other two GEMMs' k loops; without
-  // it, it launched only once this grid had completed. That kernel is the split-k epilogue, or in a fused layer with
+  // it, it launched only once this grid had completed. That kernel is the split-k epilogue (with tile counters: the next
+  // op's first kernel, which waits for this grid the same way), or in a fused layer with
   // mixed K the next K run's grid (launch_cb), which prefetches its first trellis stages and then waits (pdl_wait) for
   // this grid. Either way its blocks take free slots as this grid's blocks retire, and its griddepcontrol.wait returns
   // only once this grid has completed with its partial sums visible. The epilogue after several K runs waits for the

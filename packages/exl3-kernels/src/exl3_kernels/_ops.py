@@ -188,8 +188,10 @@ def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor],
 
     ``tile_flags``: int32 counters (:func:`workspace.splitk_flags`, zero before and after, at least ceil(m / bm) x
     sum n_s / 128 of them) for a split-k GEMM through ``acc``: the last split block of each output tile writes y and
-    re-zeroes ``acc`` (csrc/include/exl3/splitk_finish.cuh), so no epilogue kernel runs. Ignored at split 1, with the
-    cluster reduction, and by libraries built before it (:func:`has_tile_flags`).
+    re-zeroes ``acc`` (csrc/include/exl3/splitk_finish.cuh), so no epilogue kernel runs. Ignored at split 1, whenever
+    ``cluster`` is in effect (also with CUDA_EXL3_CLUSTER=1 at splits above 16, where the op then falls back to the
+    accumulator and its epilogue kernel), and by libraries built before it (:func:`has_tile_flags`, which looks at the
+    gemm schema: the three GEMM ops of one library gained the argument together).
     """
     pdl = env.get_bool("PDL", True)
     if cluster is None:
@@ -215,7 +217,7 @@ def gemm_x(x: torch.Tensor, trellis: list[torch.Tensor], suh: list[torch.Tensor]
            bias: torch.Tensor | None, codebook: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype,
            cluster: bool | None = None, tile_flags: torch.Tensor | None = None) -> torch.Tensor:
     """The BM16 trellis GEMM with the input transform inside: y = had_n(had_k(x * suh_s) @ Ŵ_s) * svh_s + bias, one
-    kernel (two with split-k through the accumulator), no xh in global memory (csrc/gemm/gemm_kernel.cuh, "Input
+    kernel (two with split-k through the accumulator, one with ``tile_flags``), no xh in global memory (csrc/gemm/gemm_kernel.cuh, "Input
     transform inside the GEMM"). Each block transforms its own rows and k slice, bit-identical to
     :func:`input_transform`; every 128-column block of the output repeats that work, so it pays only at small m.
 

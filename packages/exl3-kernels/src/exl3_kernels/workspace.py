@@ -10,8 +10,8 @@
   accumulator, whose contract is all zero.
 - ``splitk_flags(device)``: int32 counters, one per output tile, for split-k finished inside the GEMM by the last split
   block of each tile (csrc/include/exl3/splitk_finish.cuh). Contract: all zero between ops (the finishing block resets
-  its tile's counter). SPLITK_FLAGS entries (256 KB); a call with more tiles than that runs the split-k epilogue kernel
-  instead (linear.py).
+  its tile's counter). SPLITK_FLAGS entries (256 KB), created together with the accumulator; a call with more tiles
+  than that runs the split-k epilogue kernel instead (linear.py).
 - ``recon(device, numel, dtype)``: the dense-W buffer of the reconstruct path (grow-only, capped by
   CUDA_EXL3_RECON_WORKSPACE_MB; larger layers are processed in column chunks).
 
@@ -60,6 +60,8 @@ def splitk_acc(device: torch.device) -> torch.Tensor:
                                "(run one eager forward first)")
         t = torch.zeros(splitk_capacity(), dtype=torch.float32, device=torch.device("cuda", i))
         _acc[i] = t
+        splitk_flags(t.device)  # with it: every plan that reaches the accumulator eagerly also has the counters before
+        # capture (pinned plans and CUDA_EXL3_AUTOTUNE=0 skip the small buckets that would otherwise create them first)
     return t
 
 

@@ -13,7 +13,7 @@
 //      block's reductions (cumulative through the barrier: the pattern of CUTLASS's split-k semaphore, and of the
 //      stream-k hand-over in wgmma_gemm.cu), the acquire half makes every earlier arrival's reductions visible;
 //   3. the block that reads `expected - 1` is the last: it resets the counter (every other block has arrived), and after
-//      a second bar.sync its warps take the tile's rows: lane l loads columns 4l..4l+3 of the row from the accumulator
+//      a bar.red.or (a barrier that also broadcasts thread 0's answer) its warps take the tile's rows: lane l loads columns 4l..4l+3 of the row from the accumulator
 //      (ld.global.cg: from L2, never a stale L1 line), writes zeros back (the workspace contract), and runs the same
 //      output Hadamard, svh, bias and rounding as the split-k epilogue kernel (finish_row4). The sum order of the
 //      reductions is the hardware's, as with the epilogue kernel: not deterministic (deterministic mode never plans
