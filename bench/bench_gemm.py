@@ -141,7 +141,13 @@ def main(argv=None):
     ap.add_argument("--no-exllamav3", action="store_true",
                     help="do not import exllamav3 (e.g. while its extension builds in the background: the import "
                          "would wait on the build's lock)")
+    ap.add_argument("--splitk-finish-max-m", type=int, default=None,
+                    help="A/B studies: finish split-k inside the GEMM up to this m instead of plan.SPLITK_FINISH_MAX_M "
+                         "(CUDA_EXL3_SPLITK_FINISH=0 still turns it off)")
     args = ap.parse_args(argv)
+    if args.splitk_finish_max_m is not None:
+        from exl3_kernels import autotune
+        autotune.SPLITK_FINISH_MAX_M = args.splitk_finish_max_m  # read by autotune.splitk_finish_on at each call
     t0 = time.time()
     ext = None if args.no_exllamav3 else exllamav3_ext()
     rates = {"hbm_gbs": hbm_read_gbs(), "tensor_tflops": tensor_tflops()}
@@ -149,6 +155,7 @@ def main(argv=None):
     commit = os.environ.get("BENCH_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                                              text=True).stdout.strip()
     res = {"commit": commit, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rates": rates,
+           "splitk_finish_max_m": args.splitk_finish_max_m,
            "codebook": args.codebook, "exllamav3": ext is not None, "host": platform.node(), "points": []}
     names = range_names
     if args.shapes != ",".join(range_names):  # each name, or a prefix naming one shape ("qkv": its name holds commas)

@@ -828,7 +828,7 @@ def test_wgmma_stream_k_candidate(monkeypatch):
 
 
 def test_kernel_count_with_the_split_k_finish_in_the_gemm(monkeypatch):
-    """With tile counters (CUDA_EXL3_SPLITK_FINISH unset = on, a library that takes them, m <= 4) the split-k epilogue
+    """With tile counters (CUDA_EXL3_SPLITK_FINISH unset = on, a library that takes them, m <= 16) the split-k epilogue
     kernel goes: the mma.sync GEMM's split-k plans through the accumulator and every register-A plan are one kernel fewer; the
     cluster, wgmma and dense plans are unchanged; a library without counters keeps the old counts."""
     from exl3_kernels import _ops
@@ -842,8 +842,10 @@ def test_kernel_count_with_the_split_k_finish_in_the_gemm(monkeypatch):
     assert kernel_count(Plan("wgmma_rs", 8, 1)) == 2 and kernel_count(Plan("wgmma_rs", 64, 3)) == 2
     assert kernel_count(Plan("wgmma", 256, 3)) == 3
     assert [kernel_count(Plan(p)) for p in ("reconstruct", "reconstruct_n", "reconstruct_act")] == [2, 3, 4]
-    # only up to m = SPLITK_FINISH_MAX_M (4): from the bucket 8 on the epilogue kernel runs again
+    # only up to m = SPLITK_FINISH_MAX_M (16): from the bucket 32 on the epilogue kernel runs again
     assert kernel_count(Plan("gemm", 16, 16), m=4) == 2 and kernel_count(Plan("wgmma_rs", 8, 1), m=4) == 2
-    assert kernel_count(Plan("gemm", 16, 16), m=8) == 3 and kernel_count(Plan("wgmma_rs", 64, 3), m=64) == 3
+    assert kernel_count(Plan("gemm", 16, 16), m=16) == 2 and kernel_count(Plan("wgmma_rs", 16, 4), m=9) == 2
+    assert kernel_count(Plan("gemm", 16, 16), m=17) == 3 and kernel_count(Plan("gemm", 32, 8), m=32) == 3
+    assert kernel_count(Plan("wgmma_rs", 64, 3), m=64) == 3
     monkeypatch.setattr(_ops, "has_tile_flags", lambda: False)
     assert kernel_count(Plan("gemm", 16, 16)) == 3 and kernel_count(Plan("wgmma_rs", 8, 1)) == 3

@@ -459,7 +459,7 @@ __global__ void __launch_bounds__(kThreads, GemmOccupancy<BM>::kMinBlocks) gemm_
   // through p.acc (ops.cpp, set_tile_flags).
   if (p.split > 1 && p.tile_flags != nullptr) {
     const int row0 = blockIdx.y * BM;
-    splitk_arrive_and_finish<kThreads>(p, sh, splitk_tile_index(p, blockIdx.y, blockIdx.x), p.split, row0,
+    splitk_arrive_and_finish<kThreads, BM>(p, sh, splitk_tile_index(p, blockIdx.y, blockIdx.x), p.split, row0,
                                        min(BM, p.m - row0), col0);
   }
 }

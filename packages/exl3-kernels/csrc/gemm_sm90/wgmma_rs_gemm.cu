@@ -501,7 +501,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
   }
   if (p.tile_flags != nullptr && !whole) {
     const int nonempty = (p.k / kBK + sps - 1) / sps;  // split blocks with stages: the ones that arrive
-    splitk_arrive_and_finish<kThreads>(p, sh, splitk_tile_index(p, blockIdx.y, col0 / kBN), nonempty, m0, rows, col0);
+    splitk_arrive_and_finish<kThreads, BM>(p, sh, splitk_tile_index(p, blockIdx.y, col0 / kBN), nonempty, m0, rows, col0);
   }
 }
 

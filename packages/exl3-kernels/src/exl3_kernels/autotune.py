@@ -266,7 +266,7 @@ def kernel_count(p: Plan, cluster_forced: bool = False, m: int = 1) -> int:
 
 def splitk_finish_on(m: int) -> bool:
     """Whether a call of m rows finishes split-k inside the GEMM: m <= plan.SPLITK_FINISH_MAX_M (measured: faster up to
-    m = 4, slower from m = 16), CUDA_EXL3_SPLITK_FINISH (default on) and a library whose GEMMs take tile counters
+    m = 16 on most shapes, slower from m = 32; the comment there), CUDA_EXL3_SPLITK_FINISH (default on) and a library whose GEMMs take tile counters
     (:func:`_ops.has_tile_flags`). Split-k plans through the accumulator (and every register-A plan) are then finished
     by the last split block of each output tile, and no split-k epilogue kernel runs
     (csrc/include/exl3/splitk_finish.cuh). One rule for a whole m bucket (buckets are powers of two)."""

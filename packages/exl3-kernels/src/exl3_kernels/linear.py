@@ -5,7 +5,7 @@ y[..., n_total] = concat_s( had_n( had_k(x * suh_s) @ Ŵ_s ) * svh_s ) + bias, f
 
 On CUDA the op picks a plan per (layer shape, m bucket) (:mod:`.autotune`):
 - "gemm": input transform (one launch for all shards) + trellis GEMM with fused output transform
-  (+ split-k epilogue when split > 1, except at m <= 4, where the GEMM's last split block of each tile finishes);
+  (+ split-k epilogue when split > 1, except at m <= 16, where the GEMM's last split block of each tile finishes);
 - "reconstruct": dense W of the whole layer (both Hadamards, suh and svh folded in) into the process-wide
   workspace, then one cuBLAS GEMM;
 - "reconstruct_act": dense Ŵ without the transforms (cheaper to build), the input transform before and the
@@ -15,7 +15,7 @@ On CUDA the op picks a plan per (layer shape, m bucket) (:mod:`.autotune`):
   the dense weight W_n = Ŵ H_n diag(svh) / sqrt(128), one cuBLAS GEMM straight into y (:func:`_run_reconstruct_n`);
 - "wgmma": as "gemm" with the Hopper wgmma kernel (BM 256; compute capability 9.0 only, autotuned from m = 128);
 - "wgmma_rs": input transform, the register-A Hopper GEMM (BM 8-128, the decoded trellis as the wgmma A operand;
-  compute capability 9.0 only, autotuned up to m = 256), split-k epilogue at every split (at m <= 4 the kernel
+  compute capability 9.0 only, autotuned up to m = 256), split-k epilogue at every split (at m <= 16 the kernel
   finishes y itself).
 On CPU (and any device without the compiled library) it runs the pure-torch reference
 (:mod:`exl3_kernels.reference`), which is also what every kernel is tested against.

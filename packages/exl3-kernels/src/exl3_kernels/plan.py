@@ -187,14 +187,18 @@ CLUSTER_MAX_M = 256
 FUSED_IT_MAX_M = 16
 FUSED_IT_MAX_SLICE = 1024
 # Split-k finished inside the GEMM by the last split block of each output tile (tile counters, no split-k epilogue
-# kernel; csrc/include/exl3/splitk_finish.cuh) up to m = SPLITK_FINISH_MAX_M. Measured on the H200 (library of the
-# nineteenth session, K = 4 mcg, the autotuner free, CUDA_EXL3_SPLITK_FINISH=0 / 1 alternating, two rounds,
-# bench/results/profiles/splitk-finish-s19/): m = 1-4 -5.5 to -9.3% on 4096x4096 (9.6 -> 9.0 us at m = 1) and qkv
-# (13.6 -> 12.9), -1.3 to +1.2% on the three larger shapes; m = 8 -0.7 to +1.9%; from m = 16 slower everywhere, +2 to
-# +7% at 16 and up to +39% at m = 64 with the register-A GEMM (4096x4096 13.3 -> 18.5 us): the finishing block reads its
-# tile's rows back from L2 row after row (BM / 8 rows per warp), on the critical path, where the epilogue kernel spreads
-# them over m x n / 128 warps.
-SPLITK_FINISH_MAX_M = 4
+# kernel; csrc/include/exl3/splitk_finish.cuh) up to m = SPLITK_FINISH_MAX_M. Measured on the H200 (K = 4 mcg, the
+# autotuner free, CUDA_EXL3_SPLITK_FINISH=0 / 1 alternating, two rounds, min of the two; bench_gemm.py
+# --splitk-finish-max-m 128; bench/results/profiles/splitk-finish-s20/): with each warp's rows loaded before any is
+# finished (twentieth session) m = 1-4 -10.7 to -11.9% on 4096x4096 (9.7 -> 8.7 us at m = 1), -1.5 to -2.8% on
+# 4096x11008, +-1% on 5120x12288 / 17408x5120; m = 8 -1.0 to -2.2% on three shapes, +1.6% on 5120x12288; m = 16 -0.9 to
+# -2.6% on three shapes, 0.0 and +0.9% on the others; from m = 32 slower everywhere (+1.9 to +3.3% at 32, +2.1 to +15% at
+# 64: 4096x4096 13.5 -> 15.5 us with the register-A GEMM at BM 64, split 8). Our reading of the loss from m = 32: every
+# split block waits at its release (atom.acq_rel) until its BM x 128 reductions are performed before it retires, which
+# the epilogue kernel's blocks never do, and the finishing block's tile is on the critical path. The nineteenth
+# session's finisher (one row per warp and iteration, each a dependent L2 round trip) lost from m = 16 (+2 to +7%) and
+# up to +39% at m = 64 (profiles/splitk-finish-s19/), hence its rule m <= 4.
+SPLITK_FINISH_MAX_M = 16
 
 
 def fused_it_slice(k: int, split: int) -> int:

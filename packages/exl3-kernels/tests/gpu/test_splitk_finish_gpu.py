@@ -122,7 +122,7 @@ def test_back_to_back_calls_without_synchronisation():
 
 @pytest.mark.parametrize("path,bm,split", [("gemm", 16, 6), ("wgmma_rs", 64, 3), ("wgmma_rs", 8, 1)])
 def test_layer_with_tile_counters_in_a_cuda_graph(path, bm, split, monkeypatch):
-    """exl3_linear pinned to a split-k plan at m = 3 uses the counters (CUDA_EXL3_SPLITK_FINISH default on, m <= 4);
+    """exl3_linear pinned to a split-k plan at m = 3 uses the counters (CUDA_EXL3_SPLITK_FINISH default on, m <= 16);
     captured in a CUDA graph and replayed with new activations it equals the eager call with the epilogue kernel
     (CUDA_EXL3_SPLITK_FINISH=0). At m = 40 the layer passes no counters (plan.SPLITK_FINISH_MAX_M)."""
     cb = _cb()

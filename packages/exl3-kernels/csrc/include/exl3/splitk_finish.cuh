@@ -13,7 +13,8 @@
 //      block's reductions (cumulative through the barrier: the pattern of CUTLASS's split-k semaphore, and of the
 //      stream-k hand-over in wgmma_gemm.cu), the acquire half makes every earlier arrival's reductions visible;
 //   3. the block that reads `expected - 1` is the last: it resets the counter (every other block has arrived), and after
-//      a bar.red.or (a barrier that also broadcasts thread 0's answer) its warps take the tile's rows: lane l loads columns 4l..4l+3 of the row from the accumulator
+//      a bar.red.or (a barrier that also broadcasts thread 0's answer) its warps take the tile's rows (up to 8 rows per
+//      warp loaded before any is finished, see splitk_arrive_and_finish): lane l loads columns 4l..4l+3 of a row from the accumulator
 //      (ld.global.cg: from L2, never a stale L1 line), writes zeros back (the workspace contract), and runs the same
 //      output Hadamard, svh, bias and rounding as the split-k epilogue kernel (finish_row4). The sum order of the
 //      reductions is the hardware's, as with the epilogue kernel: not deterministic (deterministic mode never plans
@@ -60,9 +61,16 @@ __device__ __forceinline__ int atom_add_acq_rel_gpu(int* addr, int v) {
 }
 
 // Steps 2 and 3 of the protocol above, called by every thread of a block of kBlockThreads threads after its reductions
-// into p.acc: rows [row0, row0 + rows) x columns [col0, col0 + 128) of the tile `tile` (splitk_tile_index), whose
-// shard is `sh`. Returns whether this block finished the tile (uniform over the block).
-template <int kBlockThreads>
+// into p.acc: rows [row0, row0 + rows) (rows <= kMaxRows, the kernel's BM) x columns [col0, col0 + 128) of the tile
+// `tile` (splitk_tile_index), whose shard is `sh`. Returns whether this block finished the tile (uniform over the block).
+//
+// Warp w takes rows w, w + W, w + 2W, ... (W = kBlockThreads / 32). It first loads up to kChunk of its rows (one float4
+// per lane and row; all loads in flight together), then zeroes them, then finishes them: the loads of one chunk are
+// independent and issued back to back, so a warp pays one L2 round trip per chunk instead of one per row (the compiler
+// cannot reorder a load of a later row above the stores of an earlier one itself: y and p.acc may alias as far as it
+// knows). kChunk = 8 rows (32 registers) is every row of a warp up to BM 64 with 8 warps, two chunks at BM 128; the
+// kernels' accumulator registers are dead here, so the chunk does not raise their register count.
+template <int kBlockThreads, int kMaxRows>
 __device__ __forceinline__ bool splitk_arrive_and_finish(const GemmParams& p, const GemmShard& sh, int tile, int expected,
                                                          int row0, int rows, int col0) {
   __syncthreads();  // every thread's reductions precede thread 0's release in causality order
@@ -76,15 +84,33 @@ __device__ __forceinline__ bool splitk_arrive_and_finish(const GemmParams& p, co
   // bar.red.or: a barrier (ordering as bar.sync) that also broadcasts thread 0's answer; no static shared memory, which
   // the kernels' dynamic shared memory sizes do not leave room for at their largest tiers
   if (!__syncthreads_or(last)) return false;
+  constexpr int kWarps = kBlockThreads / 32;
+  constexpr int kPerWarp = (kMaxRows + kWarps - 1) / kWarps;
+  constexpr int kChunk = kPerWarp < 8 ? kPerWarp : 8;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int col = col0 + 4 * lane;
-  for (int r = warp; r < rows; r += kBlockThreads / 32) {
-    const int64_t off = static_cast<int64_t>(row0 + r) * p.n_total + col;
-    float4* a = reinterpret_cast<float4*>(p.acc + off);
-    const float4 t = __ldcg(a);
-    __stcg(a, make_float4(0.f, 0.f, 0.f, 0.f));  // leave the accumulator as we found it: all zero
-    float v[4] = {t.x, t.y, t.z, t.w};
-    finish_row4(v, lane, sh, col, p.bias, p.y, off, p.y_bf16);
+  for (int r0 = warp; r0 < rows; r0 += kWarps * kChunk) {
+    float4 t[kChunk];
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      const int r = r0 + j * kWarps;
+      if (r < rows) t[j] = __ldcg(reinterpret_cast<const float4*>(p.acc + static_cast<int64_t>(row0 + r) * p.n_total + col));
+    }
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      const int r = r0 + j * kWarps;
+      if (r < rows)  // leave the accumulator as we found it: all zero
+        __stcg(reinterpret_cast<float4*>(p.acc + static_cast<int64_t>(row0 + r) * p.n_total + col),
+               make_float4(0.f, 0.f, 0.f, 0.f));
+    }
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      const int r = r0 + j * kWarps;
+      if (r < rows) {
+        float v[4] = {t[j].x, t[j].y, t[j].z, t[j].w};
+        finish_row4(v, lane, sh, col, p.bias, p.y, static_cast<int64_t>(row0 + r) * p.n_total + col, p.y_bf16);
+      }
+    }
   }
   return true;
 }
