@@ -146,7 +146,8 @@ def main(argv=None):
                          "(CUDA_EXL3_SPLITK_FINISH=0 still turns it off)")
     args = ap.parse_args(argv)
     if args.splitk_finish_max_m is not None:
-        from exl3_kernels import autotune
+        if m_bucket(args.splitk_finish_max_m) != args.splitk_finish_max_m:
+            raise SystemExit("--splitk-finish-max-m: a power of two (plans are shared by m buckets)")
         autotune.SPLITK_FINISH_MAX_M = args.splitk_finish_max_m  # read by autotune.splitk_finish_on at each call
     t0 = time.time()
     ext = None if args.no_exllamav3 else exllamav3_ext()
@@ -155,7 +156,7 @@ def main(argv=None):
     commit = os.environ.get("BENCH_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                                              text=True).stdout.strip()
     res = {"commit": commit, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rates": rates,
-           "splitk_finish_max_m": args.splitk_finish_max_m,
+           "splitk_finish_max_m": autotune.SPLITK_FINISH_MAX_M,
            "codebook": args.codebook, "exllamav3": ext is not None, "host": platform.node(), "points": []}
     names = range_names
     if args.shapes != ",".join(range_names):  # each name, or a prefix naming one shape ("qkv": its name holds commas)

@@ -847,5 +847,21 @@ def test_kernel_count_with_the_split_k_finish_in_the_gemm(monkeypatch):
     assert kernel_count(Plan("gemm", 16, 16), m=16) == 2 and kernel_count(Plan("wgmma_rs", 16, 4), m=9) == 2
     assert kernel_count(Plan("gemm", 16, 16), m=17) == 3 and kernel_count(Plan("gemm", 32, 8), m=32) == 3
     assert kernel_count(Plan("wgmma_rs", 64, 3), m=64) == 3
+    assert kernel_count(Plan("gemm", 16, 8, fused_it=True), m=16) == 1  # fused_it plans exist only at m <= 16
+    monkeypatch.setenv("CUDA_EXL3_SPLITK_FINISH", "0")
+    assert kernel_count(Plan("gemm", 16, 8, fused_it=True), m=16) == 2 and kernel_count(Plan("wgmma_rs", 8, 1), m=1) == 3
+    monkeypatch.delenv("CUDA_EXL3_SPLITK_FINISH")
     monkeypatch.setattr(_ops, "has_tile_flags", lambda: False)
     assert kernel_count(Plan("gemm", 16, 16)) == 3 and kernel_count(Plan("wgmma_rs", 8, 1)) == 3
+
+
+def test_splitk_finish_rule_is_whole_m_buckets():
+    """The autotuner keys plans by m bucket (powers of two), so the finish-in-GEMM rule must not cut a bucket: every m of
+    a bucket on one side of plan.SPLITK_FINISH_MAX_M. It also stays within the fused input-transform range (a fused_it
+    plan's kernel count assumes the counters at every m it is offered)."""
+    from exl3_kernels.plan import FUSED_IT_MAX_M, SPLITK_FINISH_MAX_M, m_bucket
+
+    assert m_bucket(SPLITK_FINISH_MAX_M) == SPLITK_FINISH_MAX_M
+    for m in range(1, 4 * SPLITK_FINISH_MAX_M + 1):
+        assert (m <= SPLITK_FINISH_MAX_M) == (m_bucket(m) <= SPLITK_FINISH_MAX_M), m
+    assert SPLITK_FINISH_MAX_M >= FUSED_IT_MAX_M

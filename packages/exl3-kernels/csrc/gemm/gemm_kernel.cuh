@@ -23,7 +23,7 @@
 // conflict-free), runs the 128-point FWHT in registers + shuffles (hadamard.cuh), multiplies by
 // svh / sqrt(128), adds the bias, rounds once to the output dtype and writes 8 bytes (coalesced rows).
 // Split-k (split > 1). The same rows are reduced with 16-byte red.global.add.f32 into the fp32
-// accumulator; the epilogue kernel (splitk_epilogue) applies the transform and re-zeroes it, or (p.tile_flags, at m <= 4)
+// accumulator; the epilogue kernel (splitk_epilogue) applies the transform and re-zeroes it, or (p.tile_flags, at m <= plan.SPLITK_FINISH_MAX_M)
 // the tile's last split block does (below).
 // Input transform inside the GEMM (p.fused_it, BM16 plans at small m; not with lohi). At m <= 16 an op is about three
 // graph nodes of ~1.5 us plus the GEMM (bench/results/profiles/overhead-b906f14/): the input transform is one of them.

@@ -214,7 +214,7 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
                                    x2.dtype, stream_k=blocks)
         acc = workspace.splitk_acc(x2.device) if plan.split > 1 else xh
         return _ops.gemm_wgmma(xh, trellis, svh, bias32, codebook, plan.split, acc, x2.dtype)
-    if plan.fused_it:  # one kernel (two with split-k through the accumulator above m = 4): no input transform node
+    if plan.fused_it:  # one kernel (two with split-k through the accumulator when no tile counters are passed): no input transform node
         acc = workspace.splitk_acc(x2.device) if plan.split > 1 else x2  # not touched (nor size-checked) by a cluster
         return _ops.gemm_x(x2, trellis, suh, svh, bias32, codebook, plan.split, acc, x2.dtype,
                            True if plan.cluster else None,

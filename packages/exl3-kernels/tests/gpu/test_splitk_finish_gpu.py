@@ -124,7 +124,8 @@ def test_back_to_back_calls_without_synchronisation():
 def test_layer_with_tile_counters_in_a_cuda_graph(path, bm, split, monkeypatch):
     """exl3_linear pinned to a split-k plan at m = 3 uses the counters (CUDA_EXL3_SPLITK_FINISH default on, m <= 16);
     captured in a CUDA graph and replayed with new activations it equals the eager call with the epilogue kernel
-    (CUDA_EXL3_SPLITK_FINISH=0). At m = 40 the layer passes no counters (plan.SPLITK_FINISH_MAX_M)."""
+    (CUDA_EXL3_SPLITK_FINISH=0). At m = 17 and 40 the layer passes no counters, at m = 16 it does
+    (plan.SPLITK_FINISH_MAX_M), and the m = 16 call matches the reference."""
     cb = _cb()
     if path == "wgmma_rs" and not _rs_usable(cb):
         pytest.skip("no register-A GEMM")
@@ -140,8 +141,16 @@ def test_layer_with_tile_counters_in_a_cuda_graph(path, bm, split, monkeypatch):
         seen = []
         real = linear._tile_flags
         monkeypatch.setattr(linear, "_tile_flags", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
-        exl3_linear(torch.randn(40, 4096, device="cuda", dtype=torch.float16), layer)
-        assert seen and all(f is None for f in seen)
+        for m in (17, 40):
+            exl3_linear(torch.randn(m, 4096, device="cuda", dtype=torch.float16), layer)
+        assert len(seen) >= 2 and all(f is None for f in seen)
+        seen.clear()
+        x16 = torch.randn(16, 4096, device="cuda", dtype=torch.float16)
+        y16 = exl3_linear(x16, layer)
+        assert seen and all(f is not None for f in seen)
+        assert rel_err(y16, reference_forward(x16, trellis, suh, svh, bias, cb)) < TOL[torch.float16]
+        _acc_is_zero()
+        _flags_are_zero()
         seen.clear()
         x = torch.randn(3, 4096, device="cuda", dtype=torch.float16)
         g, out = capture_graph(lambda: exl3_linear(x, layer))
