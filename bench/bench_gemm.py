@@ -144,7 +144,11 @@ def main(argv=None):
     ap.add_argument("--splitk-finish-max-m", type=int, default=None,
                     help="A/B studies: finish split-k inside the GEMM up to this m instead of plan.SPLITK_FINISH_MAX_M "
                          "(CUDA_EXL3_SPLITK_FINISH=0 still turns it off)")
+    ap.add_argument("--node-tie-us", type=float, default=None,
+                    help="A/B studies: the autotuner's tie window for plans with fewer kernels (autotune.NODE_TIE_US)")
     args = ap.parse_args(argv)
+    if args.node_tie_us is not None:
+        autotune.NODE_TIE_US = args.node_tie_us  # read by the autotuner's finalist choice at each tuning
     if args.splitk_finish_max_m is not None:
         if m_bucket(args.splitk_finish_max_m) != args.splitk_finish_max_m:
             raise SystemExit("--splitk-finish-max-m: a power of two (plans are shared by m buckets)")
@@ -156,7 +160,7 @@ def main(argv=None):
     commit = os.environ.get("BENCH_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                                              text=True).stdout.strip()
     res = {"commit": commit, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rates": rates,
-           "splitk_finish_max_m": autotune.SPLITK_FINISH_MAX_M,
+           "splitk_finish_max_m": autotune.SPLITK_FINISH_MAX_M, "node_tie_us": autotune.NODE_TIE_US,
            "codebook": args.codebook, "exllamav3": ext is not None, "host": platform.node(), "points": []}
     names = range_names
     if args.shapes != ",".join(range_names):  # each name, or a prefix naming one shape ("qkv": its name holds commas)

@@ -193,9 +193,9 @@ FUSED_IT_MAX_SLICE = 1024
 # finished (twentieth session) m = 1-4 -10.7 to -11.9% on 4096x4096 (9.7 -> 8.7 us at m = 1), -1.5 to -2.8% on
 # 4096x11008, +-1% on 5120x12288 / 17408x5120; m = 8 -1.0 to -2.2% on three shapes, +1.6% on 5120x12288; m = 16 -0.9 to
 # -2.6% on three shapes, 0.0 and +0.9% on the others; from m = 32 slower everywhere (+1.9 to +3.3% at 32, +2.1 to +15% at
-# 64: 4096x4096 13.5 -> 15.5 us with the register-A GEMM at BM 64, split 8). Our reading of the loss from m = 32: every
-# split block waits at its release (atom.acq_rel) until its BM x 128 reductions are performed before it retires, which
-# the epilogue kernel's blocks never do, and the finishing block's tile is on the critical path. The nineteenth
+# 64: 4096x4096 13.5 -> 15.5 us with the register-A GEMM at BM 64, split 8). The arrival's release is a minor part of
+# that loss (a timing-only build with a relaxed arrival recovered 0.5-3.5 of +2.3 to +14.8 points at m = 32-128); the
+# rest was not separated (the finishing block at the end of the critical path, the reductions' drain). The nineteenth
 # session's finisher (one row per warp and iteration, each a dependent L2 round trip) lost from m = 16 (+2 to +7%) and
 # up to +39% at m = 64 (profiles/splitk-finish-s19/), hence its rule m <= 4.
 SPLITK_FINISH_MAX_M = 16
