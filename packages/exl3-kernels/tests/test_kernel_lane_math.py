@@ -151,6 +151,51 @@ def test_balanced_extraction_reproduces_unpack(K):
             assert got == list(want[8 * t: 8 * t + 8]), (K, i, t)
 
 
+def offset0_partner(j: int, offs: list[int]) -> int:
+    """trellis.cuh offset0_partner: the state 16 bits below state j when state j sits at offset 16 of a word, else -1."""
+    o = offs[j]
+    if o % 32 != 16:
+        return -1
+    return next((i for i in range(j) if offs[i] == o - 16), -1)
+
+
+def window_states_paired(offs: list[int], u: list[int]) -> list[int]:
+    """trellis.cuh window_states (EXL3_EXTRACT_PAIRED = 1): window_bits16, except that a state at offset 16 of a word
+    whose offset-0 state is the lane's state i is mad.lo.u32(s_i, 0xFFFF0000, a) in 32-bit arithmetic."""
+    s: list[int] = []
+    for j, o in enumerate(offs):
+        i = offset0_partner(j, offs)
+        if i >= 0:
+            s.append((s[i] * 0xFFFF0000 + u[o // 32]) & M32)
+        else:
+            s.append(window_bits16(o, u))
+    return s
+
+
+@pytest.mark.parametrize("K", ALL_K)
+def test_paired_extraction_reproduces_unpack(K):
+    """The paired rule of window_states (one IMAD instead of the LOP3 mask) gives unpack_trellis's states for every
+    lane, and pairs exactly where the word's offset-0 state is a state of the lane: K = 4 (7 with 3), K = 8 (3 with 1,
+    7 with 5), no other K."""
+    k2 = int(round(2 * K))
+    R = const_shift(k2)
+    offs = [(R or 0) + end_bit(j, k2) - end_bit(0, k2) for j in range(8)]
+    pairs = {j: offset0_partner(j, offs) for j in range(8) if offset0_partner(j, offs) >= 0}
+    assert pairs == {4: {7: 3}, 8: {3: 1, 7: 5}}.get(K, {}), (K, pairs)
+    n_words = 4 * k2
+    for i, words, want in random_tiles(K, 500 + k2):
+        for t in range(32):
+            w_a, r = lane_window(t, k2)
+            w = [int(words[(w_a + x) % n_words]) for x in range(3)]
+            if R is not None:
+                uses_w2 = R + end_bit(7, k2) - end_bit(0, k2) + 16 > 64
+                u = [w[0], w[1], w[2] if uses_w2 else 0]
+            else:
+                u = [((((w[0] << 32) | w[1]) << r) >> 32) & M32, ((((w[1] << 32) | w[2]) << r) >> 32) & M32,
+                     (w[2] << r) & M32]
+            assert window_states_paired(offs, u) == list(want[8 * t: 8 * t + 8]), (K, i, t)
+
+
 def test_constant_shift_only_where_every_lane_agrees():
     """kConstShift is exactly the set of K where s0 % 32 is the same for all 32 lanes."""
     for K in ALL_K:

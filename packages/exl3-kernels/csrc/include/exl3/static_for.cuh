@@ -1,7 +1,7 @@
 // Compile-time loop: static_for<N>(f) calls f(std::integral_constant<int, i>{}) for i = 0 .. N-1, so the loop index
 // is usable as a template argument (immediate shared-memory offsets, register-array indices), where #pragma unroll
-// would leave it a runtime value for the front end. Used by the mma.sync GEMM (csrc/gemm/gemm_kernel.cuh) and the
-// wgmma GEMM (csrc/gemm_sm90/wgmma_gemm.cu).
+// would leave it a runtime value for the front end. Used by the mma.sync GEMM (csrc/gemm/gemm_kernel.cuh), the
+// wgmma GEMM (csrc/gemm_sm90/wgmma_gemm.cu) and the lane's state extraction (exl3/trellis.cuh, window_states).
 #pragma once
 #include <type_traits>
 #include <utility>

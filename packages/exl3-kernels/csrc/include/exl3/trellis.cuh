@@ -24,6 +24,7 @@
 #pragma once
 #include <cstdint>
 #include "exl3/codebook.cuh"
+#include "exl3/static_for.cuh"
 
 namespace exl3 {
 
@@ -126,6 +127,58 @@ struct LaneWindow {
   }
 };
 
+// A state at offset 16 of a word (the LOP3 mask a & 0xFFFF of bits16_aligned<16>) whose word's offset-0 state a >> 16 is
+// also a state of the lane is computed as a - (a >> 16) * 65536 instead: one IMAD (FMA pipe) for the LOP3 (ALU pipe),
+// the pipe the decode saturates at small m (docs/kernels.md, m <= 32 bound). K = 4: one per lane and tile (state 7 from
+// state 3), K = 8: two (3 from 1, 7 from 5); no other K has a state at offset 16 of a word
+// (tests/test_kernel_lane_math.py). EXL3_EXTRACT_PAIRED = 0 builds the LOP3 form (A/B builds:
+// NVCC_APPEND_FLAGS=-DEXL3_EXTRACT_PAIRED=0).
+#ifndef EXL3_EXTRACT_PAIRED
+#define EXL3_EXTRACT_PAIRED 1
+#endif
+
+// a - hi * 65536 (mad.lo.u32 by the immediate 0xFFFF0000): the low 16 bits of a when hi = a >> 16. ptxas keeps it an
+// IMAD (sm_90 SASS, nvcc 13.0: it does not fold the pair back into a LOP3).
+__device__ __forceinline__ uint32_t low16_given_high(uint32_t a, uint32_t hi) {
+  uint32_t d;
+  asm("mad.lo.u32 %0, %1, 0xFFFF0000, %2;" : "=r"(d) : "r"(hi), "r"(a));
+  return d;
+}
+
+// The state of the lane whose offset is 16 below state j's when state j sits at offset 16 of a word, else -1. Base:
+// the window offset of state 0 (TrellisBits::kShift, or 0 after the normalising funnel shifts).
+template <int K2, int Base>
+constexpr int offset0_partner(int j) {
+  using B = TrellisBits<K2>;
+  const int o = Base + B::state_offset(j);
+  if (o % 32 != 16) return -1;
+  for (int i = 0; i < j; ++i)
+    if (Base + B::state_offset(i) == o - 16) return i;
+  return -1;
+}
+
+// Window offset and offset-0 partner of state J (compile-time constants for the device code below).
+template <int K2, int Base, int J>
+struct WindowState {
+  static constexpr int kOffset = Base + TrellisBits<K2>::state_offset(J);
+  static constexpr int kPartner = offset0_partner<K2, Base>(J);
+};
+
+// States 0..7 of the window u0:u1:u2 whose state 0 starts at bit Base: window_bits16 each, or the IMAD above from the
+// offset-0 state of the same word (computed first: partners have lower indices).
+template <int K2, int Base>
+__device__ __forceinline__ void window_states(uint32_t u0, uint32_t u1, uint32_t u2, uint32_t s[8]) {
+  static_for<8>([&](auto j_c) {
+    constexpr int j = decltype(j_c)::value;
+    using S = WindowState<K2, Base, j>;
+    if constexpr (EXL3_EXTRACT_PAIRED && S::kPartner >= 0) {
+      s[j] = low16_given_high(S::kOffset / 32 == 0 ? u0 : (S::kOffset / 32 == 1 ? u1 : u2), s[S::kPartner]);
+    } else {
+      s[j] = window_bits16<S::kOffset>(u0, u1, u2);
+    }
+  });
+}
+
 // The 8 states of a lane from its three raw window words (LaneWindow::off). In general the funnel shift by r
 // normalizes the window so that state 0 starts at bit 0 (MSB-first) of u0; bits past 96 - r are never needed (see
 // the header comment). funnelshift_l(lo, hi, r) = high word of (hi:lo) << r. For K = 4 and 8, r is the same
@@ -135,27 +188,12 @@ template <int K2>
 __device__ __forceinline__ void lane_states(uint32_t w0, uint32_t w1, uint32_t w2, int r, uint32_t s[8]) {
   using B = TrellisBits<K2>;
   if constexpr (B::kConstShift) {
-    constexpr int R = B::kShift;
-    s[0] = window_bits16<R + B::state_offset(0)>(w0, w1, w2);
-    s[1] = window_bits16<R + B::state_offset(1)>(w0, w1, w2);
-    s[2] = window_bits16<R + B::state_offset(2)>(w0, w1, w2);
-    s[3] = window_bits16<R + B::state_offset(3)>(w0, w1, w2);
-    s[4] = window_bits16<R + B::state_offset(4)>(w0, w1, w2);
-    s[5] = window_bits16<R + B::state_offset(5)>(w0, w1, w2);
-    s[6] = window_bits16<R + B::state_offset(6)>(w0, w1, w2);
-    s[7] = window_bits16<R + B::state_offset(7)>(w0, w1, w2);
+    window_states<K2, B::kShift>(w0, w1, w2, s);
   } else {
     const uint32_t u0 = __funnelshift_l(w1, w0, r);
     const uint32_t u1 = __funnelshift_l(w2, w1, r);
     const uint32_t u2 = w2 << r;
-    s[0] = window_bits16<B::state_offset(0)>(u0, u1, u2);
-    s[1] = window_bits16<B::state_offset(1)>(u0, u1, u2);
-    s[2] = window_bits16<B::state_offset(2)>(u0, u1, u2);
-    s[3] = window_bits16<B::state_offset(3)>(u0, u1, u2);
-    s[4] = window_bits16<B::state_offset(4)>(u0, u1, u2);
-    s[5] = window_bits16<B::state_offset(5)>(u0, u1, u2);
-    s[6] = window_bits16<B::state_offset(6)>(u0, u1, u2);
-    s[7] = window_bits16<B::state_offset(7)>(u0, u1, u2);
+    window_states<K2, 0>(u0, u1, u2, s);
   }
 }
 
