@@ -127,27 +127,34 @@ def window_bits16(o: int, u: list[int]) -> int:
     return aligned((h << (oh % 8)) & M32, oh - oh % 8)
 
 
+def window_offsets(k2: int) -> list[int]:
+    """Window offsets of states 0..7 as lane_states passes them to window_states: kShift + o_j on the raw words
+    (K = 4, 8), o_j on the normalised words otherwise."""
+    return [(const_shift(k2) or 0) + end_bit(j, k2) - end_bit(0, k2) for j in range(8)]
+
+
+def window_words(words: np.ndarray, t: int, k2: int) -> list[int]:
+    """The three words u0, u1, u2 lane_states hands to window_states for lane t: the raw window words (K = 4, 8; the
+    third 0 where TrellisBits::kUsesWord2 is false), else the window funnel-shifted left by r (u2 = w2 << r)."""
+    R = const_shift(k2)
+    w_a, r = lane_window(t, k2)
+    w = [int(words[(w_a + x) % (4 * k2)]) for x in range(3)]
+    if R is not None:
+        uses_w2 = R + end_bit(7, k2) - end_bit(0, k2) + 16 > 64
+        return [w[0], w[1], w[2] if uses_w2 else 0]
+    return [((((w[0] << 32) | w[1]) << r) >> 32) & M32, ((((w[1] << 32) | w[2]) << r) >> 32) & M32, (w[2] << r) & M32]
+
+
 @pytest.mark.parametrize("K", ALL_K)
 def test_balanced_extraction_reproduces_unpack(K):
     """lane_states with window_bits16's one-ALU-instruction-per-state rule (emulated above): the constant-shift path
     (K = 4, 8: raw words at kShift + o_j, the third word 0 where unused) and the normalised path (u0, u1 by funnel
     shifts, u2 = w2 << r) give unpack_trellis's states for every lane and position."""
     k2 = int(round(2 * K))
-    R = const_shift(k2)
-    n_words = 4 * k2
+    offs = window_offsets(k2)
     for i, words, want in random_tiles(K, 300 + k2):
         for t in range(32):
-            w_a, r = lane_window(t, k2)
-            w = [int(words[(w_a + x) % n_words]) for x in range(3)]
-            if R is not None:
-                uses_w2 = R + end_bit(7, k2) - end_bit(0, k2) + 16 > 64
-                u = [w[0], w[1], w[2] if uses_w2 else 0]
-                offs = [R + end_bit(j, k2) - end_bit(0, k2) for j in range(8)]
-            else:
-                u = [((((w[0] << 32) | w[1]) << r) >> 32) & M32, ((((w[1] << 32) | w[2]) << r) >> 32) & M32,
-                     (w[2] << r) & M32]
-                offs = [end_bit(j, k2) - end_bit(0, k2) for j in range(8)]
-            got = [window_bits16(o, u) for o in offs]
+            got = [window_bits16(o, window_words(words, t, k2)) for o in offs]
             assert got == list(want[8 * t: 8 * t + 8]), (K, i, t)
 
 
@@ -178,22 +185,12 @@ def test_paired_extraction_reproduces_unpack(K):
     lane, and pairs exactly where the word's offset-0 state is a state of the lane: K = 4 (7 with 3), K = 8 (3 with 1,
     7 with 5), no other K."""
     k2 = int(round(2 * K))
-    R = const_shift(k2)
-    offs = [(R or 0) + end_bit(j, k2) - end_bit(0, k2) for j in range(8)]
+    offs = window_offsets(k2)
     pairs = {j: offset0_partner(j, offs) for j in range(8) if offset0_partner(j, offs) >= 0}
     assert pairs == {4: {7: 3}, 8: {3: 1, 7: 5}}.get(K, {}), (K, pairs)
-    n_words = 4 * k2
     for i, words, want in random_tiles(K, 500 + k2):
         for t in range(32):
-            w_a, r = lane_window(t, k2)
-            w = [int(words[(w_a + x) % n_words]) for x in range(3)]
-            if R is not None:
-                uses_w2 = R + end_bit(7, k2) - end_bit(0, k2) + 16 > 64
-                u = [w[0], w[1], w[2] if uses_w2 else 0]
-            else:
-                u = [((((w[0] << 32) | w[1]) << r) >> 32) & M32, ((((w[1] << 32) | w[2]) << r) >> 32) & M32,
-                     (w[2] << r) & M32]
-            assert window_states_paired(offs, u) == list(want[8 * t: 8 * t + 8]), (K, i, t)
+            assert window_states_paired(offs, window_words(words, t, k2)) == list(want[8 * t: 8 * t + 8]), (K, i, t)
 
 
 def test_constant_shift_only_where_every_lane_agrees():

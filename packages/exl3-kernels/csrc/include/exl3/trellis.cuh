@@ -157,6 +157,15 @@ constexpr int offset0_partner(int j) {
   return -1;
 }
 
+// The pairs the comment above names, pinned at compile time (the CPU emulation in tests/test_kernel_lane_math.py restates
+// the rule in Python; these check the C++ one): K = 4 (K2 = 8, Base = kShift 20) and K = 8 (K2 = 16, Base 24) pair as
+// said, and a normalised window (Base 0) never pairs, e.g. K = 2 and K = 6.
+static_assert(offset0_partner<8, 20>(7) == 3 && offset0_partner<8, 20>(3) == -1, "K = 4 pairing");
+static_assert(offset0_partner<16, 24>(3) == 1 && offset0_partner<16, 24>(7) == 5 && offset0_partner<16, 24>(5) == -1,
+              "K = 8 pairing");
+static_assert(offset0_partner<4, 0>(7) == -1 && offset0_partner<12, 0>(7) == -1 && offset0_partner<10, 0>(6) == -1,
+              "normalised windows do not pair");
+
 // Window offset and offset-0 partner of state J (compile-time constants for the device code below).
 template <int K2, int Base, int J>
 struct WindowState {
