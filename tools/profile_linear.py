@@ -46,6 +46,7 @@ def main():
                     help="ncu mode: the GEMM launched (wgmma: the Hopper GEMM, --bm ignored; wgmma_rs: the register-A "
                          "Hopper GEMM at --bm); breakdown mode with wgmma: only the input transform and the wgmma rows")
     ap.add_argument("--stream-k", type=int, default=0, help="ncu mode, --path wgmma: stream-k over this many blocks")
+    ap.add_argument("--lohi", action="store_true", help="ncu mode, --path gemm: the lohi variant (x in the lohi layout)")
     a = ap.parse_args()
     cbname = ["3inst", "mcg", "mul1"][a.cb]
     Ls = layers(a.k, a.n, a.K, cbname, copies_for(int(a.k * a.n * a.K / 8)) if a.mode == "breakdown" else 1)
@@ -54,7 +55,7 @@ def main():
         acc = workspace.splitk_acc(x.device)
         if a.mode == "ncu":
             for _ in range(3):
-                xh = _ops.input_transform(x, Ls[0].suh)
+                xh = _ops.input_transform(x, Ls[0].suh, lohi=a.lohi)
                 if a.path == "wgmma" and a.stream_k:
                     _ops.gemm_wgmma(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, 1, workspace.sk_slots(x.device, a.stream_k),
                                     x.dtype, stream_k=a.stream_k)
@@ -62,6 +63,8 @@ def main():
                     _ops.gemm_wgmma(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, a.split, acc, x.dtype)
                 elif a.path == "wgmma_rs":
                     _ops.gemm_wgmma_rs(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, a.bm, a.split, acc, x.dtype)
+                elif a.lohi:
+                    _ops.gemm(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, a.bm, a.split, acc, x.dtype, lohi=True)
                 else:
                     _ops.gemm(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, a.bm, a.split, acc, x.dtype)
                 _ops.reconstruct(Ls[0].trellis, Ls[0].suh, Ls[0].svh, a.cb, dtype=x.dtype)
