@@ -43,14 +43,22 @@ def main() -> int:
                 e = ((y.float() - ref).norm() / ref.norm()).item()
                 worst = max(worst, e)
                 print(f"gemm m={m} bm={bm} split={split} tile counters: rel err {e:.2e}")
-        if (cb, 16) in _ops.built_instances(lohi=True):  # the variant that leaves lo + hi to the tensor core
-            xl = _ops.input_transform(x, suh, lohi=True)
+        # the variant that leaves lo + hi to the tensor core (BM 16; BM 8: the swapped-operand form)
+        lohi_bms = sorted(b for c, b in _ops.built_instances(lohi=True) if c == cb)
+        xl = _ops.input_transform(x, suh, lohi=True) if lohi_bms else None
+        for bm in lohi_bms:
             for split in (1, 2):
                 acc = workspace.splitk_acc(x.device) if split > 1 else xl
-                y = _ops.gemm(xl, trellis, svh, bias, cb, 16, split, acc, torch.bfloat16, lohi=True)
+                y = _ops.gemm(xl, trellis, svh, bias, cb, bm, split, acc, torch.bfloat16, lohi=True)
                 e = ((y.float() - ref).norm() / ref.norm()).item()
                 worst = max(worst, e)
-                print(f"gemm lohi m={m} bm=16 split={split}: rel err {e:.2e}")
+                print(f"gemm lohi m={m} bm={bm} split={split}: rel err {e:.2e}")
+                if split > 1 and getattr(_ops, "has_tile_flags", lambda: False)():
+                    y = _ops.gemm(xl, trellis, svh, bias, cb, bm, split, acc, torch.bfloat16, lohi=True,
+                                  tile_flags=workspace.splitk_flags(x.device))
+                    e = ((y.float() - ref).norm() / ref.norm()).item()
+                    worst = max(worst, e)
+                    print(f"gemm lohi m={m} bm={bm} split={split} tile counters: rel err {e:.2e}")
         if _ops.gemm_x_built():  # the BM16 GEMM with the input transform inside (x read by every block; k = 256: 1 slice)
             for split, cl in ((1, False), (2, False), (2, True)):
                 if cl and torch.cuda.get_device_capability()[0] < 9:

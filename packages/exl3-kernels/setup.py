@@ -6,7 +6,7 @@ limited API and loaded with `torch.ops.load_library`; it does not depend on the 
 Environment (read at build time):
 - TORCH_CUDA_ARCH_LIST: target architectures, default "9.0;12.0" (H100/H200 and RTX PRO 6000 class).
 - CUDA_EXL3_INSTANTIATIONS: "full" (default: every codebook x BM tier x K) or "reduced" (CI: proves the
-  code compiles on 2 cores in minutes: mcg + mul1, BM 16 and 64, the mcg BM 16 lohi variant, K in {2, 2.5, 4}).
+  code compiles on 2 cores in minutes: mcg + mul1, BM 16 and 64, the mcg BM 8 and 16 lohi variant, K in {2, 2.5, 4}).
 - CUDA_EXL3_REQUIRE_EXTENSION=1: fail when nvcc is missing instead of installing the pure-torch parts only.
 - MAX_JOBS: parallel nvcc jobs (ninja).
 - CUDA_EXL3_PTXAS_VERBOSE=1: print registers / spills per kernel.
@@ -32,9 +32,9 @@ GEN = CSRC / "generated"
 
 CODEBOOKS = (0, 1, 2)  # 3inst, mcg, mul1
 BM_TIERS = (16, 32, 64, 128)
-LOHI = {"codebooks": (0, 1), "bm": (16,)}  # instances of the lohi variant (3inst / mcg only)
+LOHI = {"codebooks": (0, 1), "bm": (8, 16)}  # instances of the lohi variant (3inst / mcg only; BM 8: swapped operands)
 ALL_K2 = (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16)
-REDUCED = {"codebooks": (1, 2), "bm": (16, 64), "k2": (4, 5, 8)}
+REDUCED = {"codebooks": (1, 2), "bm": (16, 64), "lohi_bm": (8, 16), "k2": (4, 5, 8)}
 
 
 def _env(name: str, default: str = "") -> str:
@@ -54,7 +54,7 @@ def _variant_table() -> tuple[list[tuple[int, int, int]], tuple[int, ...]]:
     if mode == "reduced":
         cbs = REDUCED["codebooks"]
         plain = [(cb, bm, 0) for cb in cbs for bm in REDUCED["bm"]]
-        lohi = [(cb, bm, 1) for cb in cbs if cb in LOHI["codebooks"] for bm in LOHI["bm"] if bm in REDUCED["bm"]]
+        lohi = [(cb, bm, 1) for cb in cbs if cb in LOHI["codebooks"] for bm in REDUCED["lohi_bm"]]
         return plain + lohi, REDUCED["k2"]
     if mode != "full":
         raise SystemExit(f"CUDA_EXL3_INSTANTIATIONS must be 'full' or 'reduced', got {mode!r}")

@@ -76,3 +76,65 @@ def test_lohi_layout_duplicates_every_value_once_per_half():
         blk = xv[:, 32 * b:32 * b + 32]
         np.testing.assert_array_equal(blk[:, :16], xh[:, 16 * b + (np.arange(16) & ~1)])
         np.testing.assert_array_equal(blk[:, 16:], xh[:, 16 * b + (np.arange(16) | 1)])
+
+
+def swizzled_stage(xv: np.ndarray) -> np.ndarray:
+    """A stage of the lohi A buffer as the cp.async copies store it (gemm_kernel.cuh): row r of 128 virtual columns
+    = 16 chunks of 8 halves, logical chunk ch at physical chunk ch ^ (r & 7). Returned as [rows, 128] by address."""
+    rows = xv.shape[0]
+    out = np.full((rows, 128), np.nan)
+    for r in range(rows):
+        for ch in range(16):
+            ph = ch ^ (r & 7)
+            out[r, 8 * ph:8 * ph + 8] = xv[r, 8 * ch:8 * ch + 8]
+    return out
+
+
+def test_swapped_bm8_fragments():
+    """BM 8 (the lohi variant with swapped operands, gemm_kernel.cuh): the decoded words as the MMA's A operand,
+    {w0, w4, w1, w5} and {w2, w6, w3, w7} per tile, xh as its B operand by one ldmatrix.x4 whose lane addresses are
+    the kernel's (a_ld[kk & 1] + 128 bytes for kk >= 2, groups {0, 2, 1, 3}), two accumulators (kk & 1) summed into
+    the staging buffer [row][column]. Over one stage of 4 tiles (64 k rows) of one tile column, for 8 rows of x."""
+    rng = np.random.default_rng(1)
+    m, k = 8, 64
+    xh = rng.standard_normal((m, k))
+    lo = rng.standard_normal((k, 16))
+    hi = rng.standard_normal((k, 16))
+    smem = swizzled_stage(lohi_layout(xh))  # [8, 128] halves by address
+    acc = np.zeros((2, 32, 4))
+    for kk in range(4):
+        # lane addresses of the ldmatrix.x4 (in halves from the stage start), as the kernel computes them
+        mats = np.full((4, 8, 8), np.nan)
+        for lane in range(32):
+            r, grp = lane & 7, (((lane >> 3) & 1) << 1) | (lane >> 4)
+            addr = r * 128 + (((4 * (kk & 1) + grp) ^ r) * 8) + (kk >> 1) * 64  # 128 bytes = 64 halves
+            row, col = divmod(addr, 128)
+            mats[lane >> 3, lane & 7] = smem[row, col:col + 8]
+        # the MMA is warp-wide: gather A (16 x 16) and B (16 x 8) from every lane, then C += A @ B
+        for mma in range(2):
+            a = np.full((16, 16), np.nan)
+            bm = np.full((16, 8), np.nan)
+            for t in range(32):
+                g, q = t // 4, t % 4
+                js = (0, 4, 1, 5) if mma == 0 else (2, 6, 3, 7)
+                regs = []
+                for j in js:
+                    rr = 16 * kk + 2 * q + (j & 1) + 8 * ((j >> 1) & 1)
+                    c = g + 8 * (j >> 2)
+                    regs.append((lo[rr, c], hi[rr, c]))
+                for reg, (r, c) in zip(regs, [(g, 2 * q), (g + 8, 2 * q), (g, 2 * q + 8), (g + 8, 2 * q + 8)]):
+                    a[r, c:c + 2] = reg
+                b0, b1 = mats[2 * mma, g, 2 * q:2 * q + 2], mats[2 * mma + 1, g, 2 * q:2 * q + 2]
+                bm[2 * q:2 * q + 2, g] = b0
+                bm[2 * q + 8:2 * q + 10, g] = b1
+            assert not np.isnan(a).any() and not np.isnan(bm).any()
+            cm = a @ bm
+            for t in range(32):
+                g, q = t // 4, t % 4
+                acc[kk & 1, t] += [cm[g, 2 * q], cm[g, 2 * q + 1], cm[g + 8, 2 * q], cm[g + 8, 2 * q + 1]]
+    epi = np.full((m, 16), np.nan)
+    for t in range(32):
+        g, q = t // 4, t % 4
+        c = acc[0, t] + acc[1, t]
+        epi[2 * q, g], epi[2 * q + 1, g], epi[2 * q, g + 8], epi[2 * q + 1, g + 8] = c
+    np.testing.assert_allclose(epi, xh @ (lo + hi), rtol=1e-12, atol=1e-12)

@@ -320,6 +320,41 @@ def test_lohi_candidates_and_pin(monkeypatch):
     assert not autotune._apply_pins(Plan("gemm", 16, 4, lohi=True), (16,)).lohi
 
 
+def test_swapped_bm8_candidates_and_pins(monkeypatch):
+    """BM 8 (SWAP_BM) exists only as the lohi form: offered for m <= 8 where lohi_bm has it, with the splits of a BM 8
+    grid, never above m = 8; a pinned BM 8 is lohi where built and falls back to the smallest plain tier where not
+    (CUDA_EXL3_LOHI=0, a codebook without lohi), and a tuned BM 8 plan with CUDA_EXL3_LOHI=0 does the same."""
+    from exl3_kernels import autotune
+    from exl3_kernels.plan import SWAP_BM, candidate_splits
+
+    for v in ("PATH", "BM", "SPLIT", "LOHI"):
+        monkeypatch.delenv(f"CUDA_EXL3_{v}", raising=False)
+    assert SWAP_BM == 8 and BLOCKS_PER_SM[SWAP_BM] == BLOCKS_PER_SM[16]  # GemmOccupancy: BM <= 16 share the value
+    shape = LayerShape(4096, (11008,), (8,), 1)
+    for m in (1, 5, 8):
+        with8 = candidates(shape, m, 132, ACC, lohi_bm=(8, 16))
+        sw = [p for p in with8 if p.bm == SWAP_BM]
+        assert sw and all(p.path == "gemm" and p.lohi and not p.cluster and not p.fused_it for p in sw)
+        assert [p.split for p in sw] == candidate_splits(shape, m, SWAP_BM, 132, ACC)
+        assert [p for p in with8 if p.bm != SWAP_BM] == candidates(shape, m, 132, ACC, lohi_bm=(16,))
+    for m in (9, 16, 64):
+        assert not [p for p in candidates(shape, m, 132, ACC, lohi_bm=(8, 16)) if p.bm == SWAP_BM], m
+    assert not [p for p in candidates(shape, 1, 132, ACC, lohi_bm=(16,)) if p.bm == SWAP_BM]  # not built
+    det = [p for p in candidates(shape, 1, 132, ACC, deterministic=True, lohi_bm=(8, 16)) if p.bm == SWAP_BM]
+    assert [p.split for p in det] == [1]  # deterministic mode: no atomics
+    built = (16, 32, 64, 128)
+    monkeypatch.setenv("CUDA_EXL3_BM", "8")
+    assert autotune._apply_pins(Plan("gemm", 16, 4), (8, 16), built) == Plan("gemm", 8, 4, lohi=True)
+    assert autotune._apply_pins(Plan("gemm", 16, 4), (), built) == Plan("gemm", 16, 4)  # mul1: no lohi at all
+    monkeypatch.setenv("CUDA_EXL3_LOHI", "0")
+    assert autotune._apply_pins(Plan("gemm", 16, 4), (8, 16), built) == Plan("gemm", 16, 4)
+    monkeypatch.delenv("CUDA_EXL3_BM")
+    assert autotune._apply_pins(Plan("gemm", 8, 2, lohi=True), (8, 16), built) == Plan("gemm", 16, 2)
+    monkeypatch.setenv("CUDA_EXL3_LOHI", "1")
+    assert autotune._apply_pins(Plan("gemm", 8, 2, lohi=True), (8, 16), built) == Plan("gemm", 8, 2, lohi=True)
+    monkeypatch.delenv("CUDA_EXL3_LOHI")
+    assert autotune._apply_pins(Plan("gemm", 8, 2, lohi=True), (8, 16), built) == Plan("gemm", 8, 2, lohi=True)
+
 def test_wgmma_candidates_only_when_usable_and_from_m_128():
     """The wgmma GEMM is a candidate only when the caller says it is usable (built for the codebook, device of compute
     capability 9.0) and m >= WGMMA_MIN_M; always BM 256, with split 1 plus the splits the rules allow for a BM 256

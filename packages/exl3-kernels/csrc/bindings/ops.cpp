@@ -580,7 +580,7 @@ std::vector<int64_t> built_instances() {
   std::vector<int64_t> r;
   for (int lohi = 0; lohi <= 1; ++lohi)
     for (int cb = 0; cb < 3; ++cb)
-      for (int bm : {16, 32, 64, 128, 256})
+      for (int bm : {8, 16, 32, 64, 128, 256})
         if (exl3::gemm_instance_built(cb, bm, lohi != 0)) r.push_back(lohi * 100000 + cb * 1000 + bm);
   return r;
 }

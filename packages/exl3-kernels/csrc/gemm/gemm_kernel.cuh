@@ -155,16 +155,31 @@ __device__ __forceinline__ void fused_input_transform(const GemmParams& p, uint2
 // x[2q + 8], in A2 x[2q + 1] and x[2q + 9]: sum = x_2q (lo + hi)_2q + ... for all 16 rows, lo + hi added in fp32.
 // Per tile and lane it saves 8 HADD2 + 4 PRMT and costs one more ldmatrix.x4 and two more MMAs per m16 block, so
 // it pays where BM is small.
+//
+// BM 8 (LOHI only) swaps the operands: the decoded trellis is the MMA's A operand (16 output columns as the m16 rows,
+// 16 virtual k columns) and xh its B operand (16 virtual k rows x 8 activation rows), so an MMA covers 8 rows of x,
+// not 16: per tile and lane 2 MMAs and one ldmatrix.x4 as in the plain BM16 loop, and none of its HADD2 / PRMT. The A
+// fragment (mma.cuh: a0 = A[g][2q..2q+1], a1 = A[g+8][2q..], a2 = A[g][2q+8..], a3 = A[g+8][2q+8..]) holds a
+// (lo, hi) word in each register, so a virtual k pair is one real k: lane (g, q)'s words (trellis.cuh: j -> k row
+// 2q + (j & 1) + 8 ((j >> 1) & 1), column g + 8 (j >> 2)) go in as {w0, w4, w1, w5} (MMA 1: virtual pair 2q = k 2q,
+// pair 2q + 8 = k 2q + 1) and {w2, w6, w3, w7} (MMA 2: k 2q + 8 and 2q + 9), the same pairing for both columns g and
+// g + 8. The B fragment (b0 = B[2q..2q+1][g], b1 = B[2q+8..2q+9][g], column g = activation row g) then needs x[g][k]
+// twice in one register for k = 2q, 2q + 1 (MMA 1) and 2q + 8, 2q + 9 (MMA 2): in the lohi layout of xh (per 16 k,
+// 16 virtual columns x[k & ~1] then 16 x[k | 1]) these are the 8-column groups 0, 2 (MMA 1) and 1, 3 (MMA 2) of the
+// tile's 32 virtual columns, one ldmatrix.x4 (non-transposed: lane (g, q) of a matrix gets row g, columns 2q, 2q + 1).
+// Emulated on the CPU in tests/test_kernel_lohi_math.py (test_swapped_bm8_fragments).
 template <int CB, int BM, int K2, bool LOHI = false, bool FUSED = false>
 __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard& sh, uint8_t* smem) {
   static_assert(!FUSED || (BM == 16 && !LOHI), "the input transform inside the GEMM is built for BM16 without lohi");
   static_assert(!LOHI || CB != kCbMul1, "lohi needs the 3inst or mcg codebook");
+  static_assert(BM != 8 || LOHI, "BM 8 is the swapped-operand form of the lohi variant only");
+  constexpr bool kSwap = BM == 8;
   constexpr int kTileWords = 4 * K2;
   constexpr int kAK = LOHI ? 2 * kBK : kBK;   // virtual A columns per stage
   constexpr int kAChunksRow = kAK / 8;        // 16-byte chunks per A row of a stage: 8, or 16 with LOHI
   constexpr int kARowsPer = kThreads / kAChunksRow;  // A rows one pass of the block copies: 32, or 16 (both % 8 == 0)
   const int64_t a_ld_k = (int64_t)p.k * (LOHI ? 2 : 1);  // row stride of xh in elements
-  constexpr int kMB = BM / 16;
+  constexpr int kMB = kSwap ? 1 : BM / 16;  // m16 blocks (kSwap: one accumulator set, 16 columns x 8 rows)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int col0 = blockIdx.x * 128;
   const int row0 = blockIdx.y * BM;
@@ -288,10 +303,21 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   const int ld_row = (lane & 7) + 8 * ((lane >> 3) & 1);
   const int ld_khalf = lane >> 4;
   // With LOHI there are two virtual k16 blocks per trellis tile row: 2 kk (A1, even rows) and 2 kk + 1 (A2, odd).
-  uint32_t a_ld[kAK / 16];
+  uint32_t a_ld[kSwap ? 2 : kAK / 16];
+  if constexpr (kSwap) {
+    // ldmatrix.x4 of the B operand: lane l gives row l % 8 of matrix l / 8 = 8-column group {0, 2, 1, 3}[l / 8] of
+    // tile kk's 32 virtual columns, chunk 4 kk + group of the 16 per row, swizzled chunk ^ (row & 7) as the cp.async
+    // copies store it (8 rows on 8 different 16-byte bank groups: conflict-free). kk = 0 / 1 each need their own
+    // address; kk + 2 is 8 chunks (128 bytes) further, since the swizzle leaves chunk bit 3 alone: an immediate.
+    const int r = lane & 7, grp = (((lane >> 3) & 1) << 1) | (lane >> 4);
 #pragma unroll
-  for (int v = 0; v < kAK / 16; ++v)
-    a_ld[v] = pin_u32(smem_a + 2u * (uint32_t)(ld_row * kAK + (((v * 2 + ld_khalf) ^ (ld_row & 7)) * 8)));
+    for (int v = 0; v < 2; ++v)
+      a_ld[v] = pin_u32(smem_a + 2u * (uint32_t)(r * kAK + (((4 * v + grp) ^ r) * 8)));
+  } else {
+#pragma unroll
+    for (int v = 0; v < kAK / 16; ++v)
+      a_ld[v] = pin_u32(smem_a + 2u * (uint32_t)(ld_row * kAK + (((v * 2 + ld_khalf) ^ (ld_row & 7)) * 8)));
+  }
   // Lane window words of tile (kk = 0, column = warp) in buffer 0; kk and the buffer add immediates.
   const LaneWindow<K2> lw = LaneWindow<K2>::make(lane);
   const uint32_t w_base = smem_b + 4u * (uint32_t)(warp * kTileWords);
@@ -317,7 +343,18 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
     static_for<kBK / 16>([&](auto kk_c) {
       constexpr int kk = decltype(kk_c)::value;
       constexpr int kWOff = kk * 8 * kTileWords * 4;
-      if constexpr (LOHI) {
+      if constexpr (kSwap) {
+        uint32_t w[8];
+        decode_window_lohi<CB, K2>(lds_u32_at<kWOff>(wa0), lds_u32_at<kWOff>(wa1),
+                                   kW2 ? lds_u32_at<kWOff>(wa2) : 0u, lw.r, w, dk);
+        uint32_t b[4];
+        ldmatrix_x4_at<(kk >> 1) * 128>(b, a_ld[kk & 1] + cur_a);
+        const uint32_t a1[4] = {w[0], w[4], w[1], w[5]}, a2[4] = {w[2], w[6], w[3], w[7]};
+        // even and odd tiles accumulate separately (summed before the staging): chains of 4 dependent MMAs per
+        // stage, as the plain loop's two n8 halves
+        mma_16816(acc[0][kk & 1], a1, b[0], b[1]);
+        mma_16816(acc[0][kk & 1], a2, b[2], b[3]);
+      } else if constexpr (LOHI) {
         uint32_t w[8];
         decode_window_lohi<CB, K2>(lds_u32_at<kWOff>(wa0), lds_u32_at<kWOff>(wa1),
                                    kW2 ? lds_u32_at<kWOff>(wa2) : 0u, lw.r, w, dk);
@@ -361,7 +398,19 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
 
   // Stage accumulators as fp32 [BM][kEpiStride] (reuses the pipeline buffers).
   float* epi = reinterpret_cast<float*>(smem);
-  {
+  if constexpr (kSwap) {
+    // C = [16 columns][8 rows]: c0 = (column g, row 2q), c1 = (g, 2q + 1), c2 = (g + 8, 2q), c3 = (g + 8, 2q + 1).
+    // Rows past m hold sums of the zero-filled xh rows and are never read. Bank of a store: 16 q + g (mod 32, row
+    // stride 136 floats): lanes q and q + 2 meet, 2-way, in these 4 stores once per block (the k loop is thousands
+    // of instructions).
+    const int g = lane >> 2, q = lane & 3;
+    const int c = warp * 16 + g;
+    float* e0 = epi + (2 * q) * kEpiStride + c;
+    e0[0] = acc[0][0][0] + acc[0][1][0];
+    e0[kEpiStride] = acc[0][0][1] + acc[0][1][1];
+    e0[8] = acc[0][0][2] + acc[0][1][2];
+    e0[kEpiStride + 8] = acc[0][0][3] + acc[0][1][3];
+  } else {
     const int g = lane >> 2, q = lane & 3;
 #pragma unroll
     for (int mb = 0; mb < kMB; ++mb) {

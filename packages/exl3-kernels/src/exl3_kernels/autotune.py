@@ -45,7 +45,7 @@ from typing import Callable
 import torch
 
 from . import _ops, env
-from .plan import (BM_TIERS, CLUSTER_MAX_SPLIT, RS_BM_TIERS, SPLITK_FINISH_MAX_M, WGMMA_BM, LayerShape, Plan, candidates,
+from .plan import (BM_TIERS, CLUSTER_MAX_SPLIT, RS_BM_TIERS, SPLITK_FINISH_MAX_M, SWAP_BM, WGMMA_BM, LayerShape, Plan, candidates,
                    cost_model, m_bucket)
 
 _cache: dict[tuple, Plan] = {}
@@ -130,6 +130,13 @@ def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...
     if lohi:
         on = env.get_bool("LOHI") and p.path == "gemm" and p.bm in lohi_bm
         p = replace(p, lohi=on, fused_it=p.fused_it and not on)
+    if p.path == "gemm" and p.bm == SWAP_BM:
+        # BM 8 exists only as the lohi form (plan.SWAP_BM): with a pinned BM 8 it is lohi where built, and without
+        # lohi (CUDA_EXL3_LOHI=0, mul1, a build without it) the smallest plain tier
+        if SWAP_BM in lohi_bm and (p.lohi or not lohi or env.get_bool("LOHI")):
+            p = replace(p, lohi=True, fused_it=False)
+        else:
+            p = replace(p, bm=min(built_bm), lohi=False)
     if env.get_bool("DETERMINISTIC") and p.split > 1 and (path or bm is not None or split is not None):
         if p.path == "gemm" and cluster_splitk and p.split <= CLUSTER_MAX_SPLIT:
             p = replace(p, cluster=True)

@@ -7,9 +7,9 @@ library is not). Errors about a bad value name the spelling that was actually re
 | variable | meaning | default |
 |---|---|---|
 | CUDA_EXL3_PATH | force the path: ``gemm`` (trellis GEMM), ``reconstruct`` (dense W + cuBLAS), ``reconstruct_act`` (dense Ŵ + cuBLAS, Hadamards on the activations), ``reconstruct_n`` (output Hadamard folded into the dense weight, input Hadamard on the activations) , ``wgmma`` (the Hopper wgmma trellis GEMM, BM 256) or ``wgmma_rs`` (the register-A Hopper GEMM, BM 8-128); the two wgmma paths need compute capability 9.0 and a build with 9.0 | unset: planner |
-| CUDA_EXL3_BM | force the GEMM row tile BM (16, 32, 64, 128; with the wgmma_rs path 8, 16, 32, 64, 128) | unset: planner |
+| CUDA_EXL3_BM | force the GEMM row tile BM (8, 16, 32, 64, 128; 8 is the lohi variant with swapped operands, the smallest plain tier where that is not built or CUDA_EXL3_LOHI=0; with the wgmma_rs path 8, 16, 32, 64, 128) | unset: planner |
 | CUDA_EXL3_SPLIT | force the split-k factor (1 = no split) | unset: planner |
-| CUDA_EXL3_LOHI | 1: use the GEMM's lohi variant wherever the plan has an instance of it (gemm path, BM 16, 3inst / mcg: the tensor core adds the two halves of each decoded weight); 0: never | unset: planner |
+| CUDA_EXL3_LOHI | 1: use the GEMM's lohi variant wherever the plan has an instance of it (gemm path, BM 8 and 16, 3inst / mcg: the tensor core adds the two halves of each decoded weight); 0: never (a BM 8 plan becomes the smallest plain tier) | unset: planner |
 | CUDA_EXL3_AUTOTUNE | 1: time candidate plans once per (layer shape, m bucket) outside graph capture | 1 |
 | CUDA_EXL3_AUTOTUNE_GRAPH | 1: time the candidates of m buckets up to 256 as CUDA-graph replays (each call after an L2 flush, inside one graph; the flushes' own replay subtracted) instead of eagerly; measured no better than eager timing (``autotune`` module docstring) | 0 |
 | CUDA_EXL3_AUTOTUNE_PRIME | 1: the first call in an untuned m bucket also tunes every smaller power-of-two bucket on its first rows (vLLM's profile run then tunes them all at start-up) | 1 |

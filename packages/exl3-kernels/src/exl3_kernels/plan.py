@@ -14,7 +14,10 @@ BM_TIERS = (16, 32, 64, 128)
 MIN_STAGES_PER_SPLIT = 4  # k rows per split >= 4 pipeline stages of 64 rows: below that the prologue dominates
 # Resident GEMM blocks per SM by BM tier: the __launch_bounds__ minimum of csrc/gemm/gemm_kernel.cuh
 # (GemmOccupancy), which caps registers so that this many 256-thread blocks fit.
-BLOCKS_PER_SM = {16: 4, 32: 3, 64: 3, 128: 2, 256: 1}  # 256: the wgmma GEMM (one 384-thread block per SM)
+BLOCKS_PER_SM = {8: 4, 16: 4, 32: 3, 64: 3, 128: 2, 256: 1}  # 256: the wgmma GEMM (one 384-thread block per SM)
+# BM 8 exists only as the lohi variant with swapped operands (decoded trellis as the MMA's A operand, 8 rows of x as
+# B; csrc/gemm/gemm_kernel.cuh): offered to the autotuner for m <= SWAP_BM where the library has it.
+SWAP_BM = 8
 # The Hopper wgmma GEMM (csrc/gemm_sm90/wgmma_gemm.cu): BM 256 rows per block, offered to the autotuner from m = 128
 # when the library has it and the device is compute capability 9.0 (docs/hopper-gemm.md). Never in the cost model.
 WGMMA_BM = 256
@@ -343,7 +346,8 @@ def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
                fused_it: bool = False, wgmma_rs: bool = False, wgmma_sk: bool = False) -> list[Plan]:
     """Plans worth timing for this m: BM tiers from the covering one down to half of it (and the largest
     for m above all tiers), split-k in powers of two up to the limits, the same tiers and splits as the lohi
-    variant where built (``lohi_bm``: BM tiers with a lohi instance for this codebook), the wgmma GEMM with its
+    variant where built (``lohi_bm``: BM tiers with a lohi instance for this codebook; its BM 8, SWAP_BM, for
+    m <= 8 with the splits of :func:`candidate_splits`), the wgmma GEMM with its
     splits for m >= WGMMA_MIN_M when ``wgmma`` (built for this codebook and the device is compute capability 9.0),
     the three dense paths for m >= 64, and with ``cluster_splitk`` (the device and library reduce split-k inside a
     thread block cluster) the cluster plans of :func:`cluster_splits` for m in [CLUSTER_MIN_M, CLUSTER_MAX_M]
@@ -365,6 +369,9 @@ def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
             out += [Plan("gemm", bm, s, cluster=True) for s in cluster_splits(shape, m, bm, sm_count, acc_capacity)]
         if fused_it and bm == 16 and m <= FUSED_IT_MAX_M and not deterministic:
             out += fused_it_plans(shape, m, sm_count, acc_capacity, splits, cluster_splitk)
+    if SWAP_BM in lohi_bm and m <= SWAP_BM:
+        out += [Plan("gemm", SWAP_BM, s, lohi=True)
+                for s in candidate_splits(shape, m, SWAP_BM, sm_count, acc_capacity, deterministic)]
     if wgmma_rs and not deterministic:
         out += rs_plans(shape, m, sm_count, acc_capacity)
     if wgmma and m >= WGMMA_MIN_M:
