@@ -74,6 +74,15 @@ def main() -> int:
                 e = ((y.float() - ref).norm() / ref.norm()).item()
                 worst = max(worst, e)
                 print(f"gemm_x m={m} split=2 tile counters: rel err {e:.2e}")
+        if (_ops.gemm_x_built() and getattr(_ops, "gemm_x_has_lohi", lambda: False)()
+                and 8 in [b for c, b in _ops.built_instances(lohi=True) if c == cb]):  # the fused BM 8 swapped form
+            for split, flags in ((1, None), (2, None), (2, workspace.splitk_flags(x.device))):
+                acc = workspace.splitk_acc(x.device) if split > 1 else x
+                y = _ops.gemm_x(x, trellis, suh, svh, bias, cb, split, acc, torch.bfloat16, cluster=False,
+                                tile_flags=flags, lohi=True)
+                e = ((y.float() - ref).norm() / ref.norm()).item()
+                worst = max(worst, e)
+                print(f"gemm_x lohi bm=8 m={m} split={split} tile counters={flags is not None}: rel err {e:.2e}")
         if _ops.wgmma_usable(x.device, cb):  # the Hopper wgmma GEMM (sm_90a, BM 256: rows >= m zero-filled by TMA)
             for split in (1, 2):
                 acc = workspace.splitk_acc(x.device) if split > 1 else xh

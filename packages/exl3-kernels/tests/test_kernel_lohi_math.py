@@ -138,3 +138,33 @@ def test_swapped_bm8_fragments():
         c = acc[0, t] + acc[1, t]
         epi[2 * q, g], epi[2 * q + 1, g], epi[2 * q, g + 8], epi[2 * q + 1, g + 8] = c
     np.testing.assert_allclose(epi, xh @ (lo + hi), rtol=1e-12, atol=1e-12)
+
+
+def test_fused_swap_stores_match_the_copied_lohi_layout():
+    """The BM 8 swapped GEMM with the input transform inside (gemm_kernel.cuh, fused_input_transform<8, true>) writes
+    its A buffers itself: lane l of the warp owning 128-column block b holds columns c = 128 b + 4 l .. + 3 of the
+    slice, stage c / 64, in-stage column cc = c % 64, and stores (v0, v0, v2, v2) at virtual column
+    vc = 2 (cc & ~15) + (cc & 15), chunk (vc >> 3) ^ (r & 7), and (v1, v1, v3, v3) two chunks further (swizzled the
+    same way). Restated from the kernel and compared with what the unfused kernel's buffers hold for the same slice:
+    input_transform(..., lohi=True) and the cp.async copies (stage = 128 virtual columns, chunk ^ (r & 7)). A slice of
+    3 128-column blocks (6 stages) and 8 rows: every address written once, with the same value."""
+    rng = np.random.default_rng(2)
+    rows, k = 8, 3 * 128
+    xh = rng.standard_normal((rows, k))
+    stages = k // 64
+    copied = np.concatenate([swizzled_stage(lohi_layout(xh)[:, 128 * s:128 * s + 128]) for s in range(stages)], axis=1)
+    fused = np.full((rows, 128 * stages), np.nan)  # [row, stage * 128 + in-row half index]
+    for b in range(k // 128):
+        for lane in range(32):
+            c = 128 * b + 4 * lane
+            v = xh[:, c:c + 4]
+            stage, cc = c // 64, c % 64
+            vc = 2 * (cc & ~15) + (cc & 15)
+            for r in range(rows):
+                for chunk, vals in (((vc >> 3), (v[r, 0], v[r, 0], v[r, 2], v[r, 2])),
+                                    ((vc >> 3) + 2, (v[r, 1], v[r, 1], v[r, 3], v[r, 3]))):
+                    at = 128 * stage + 8 * (chunk ^ (r & 7)) + (vc & 7)
+                    assert np.isnan(fused[r, at:at + 4]).all(), "address written twice"
+                    fused[r, at:at + 4] = vals
+    assert not np.isnan(fused).any()
+    np.testing.assert_array_equal(fused, copied)

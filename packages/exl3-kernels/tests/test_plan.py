@@ -355,6 +355,48 @@ def test_swapped_bm8_candidates_and_pins(monkeypatch):
     monkeypatch.delenv("CUDA_EXL3_LOHI")
     assert autotune._apply_pins(Plan("gemm", 8, 2, lohi=True), (8, 16), built) == Plan("gemm", 8, 2, lohi=True)
 
+
+def test_fused_swap_candidates_and_pins(monkeypatch):
+    """The BM 8 swapped form with the input transform inside: offered with ``fused_swap`` for m <= 8 at the BM 8 splits
+    whose k slice fits FUSED_IT_MAX_SLICE (no cluster plans), never without it or above m = 8; the pins keep it only as
+    tuned: a pinned BM 16 or a pinned split makes it plain, CUDA_EXL3_LOHI=1 keeps it, CUDA_EXL3_LOHI=0 makes it the
+    plain BM 16 GEMM, and a pinned BM 8 over a BM 16 fused plan gives the unfused BM 8 lohi plan."""
+    from exl3_kernels import autotune
+    from exl3_kernels.plan import FUSED_IT_MAX_SLICE, SWAP_BM, candidate_splits, fused_it_slice
+
+    for v in ("PATH", "BM", "SPLIT", "LOHI"):
+        monkeypatch.delenv(f"CUDA_EXL3_{v}", raising=False)
+    shape = LayerShape(4096, (11008,), (8,), 1)
+    for m in (1, 4, 8):
+        plain = candidates(shape, m, 132, ACC, lohi_bm=(8, 16), fused_it=True)
+        with_f = candidates(shape, m, 132, ACC, lohi_bm=(8, 16), fused_it=True, fused_swap=True)
+        fs = [p for p in with_f if p.bm == SWAP_BM and p.fused_it]
+        assert [p for p in with_f if p not in fs] == plain
+        fit = [s for s in candidate_splits(shape, m, SWAP_BM, 132, ACC) if fused_it_slice(4096, s) <= FUSED_IT_MAX_SLICE]
+        assert fit and [p.split for p in fs] == fit, (m, fs)
+        assert all(p.lohi and not p.cluster for p in fs)
+        assert not [p for p in plain if p.bm == SWAP_BM and p.fused_it]
+    assert not [p for p in candidates(shape, 16, 132, ACC, lohi_bm=(8, 16), fused_it=True, fused_swap=True)
+                if p.bm == SWAP_BM]
+    assert not [p for p in candidates(shape, 1, 132, ACC, lohi_bm=(16,), fused_it=True, fused_swap=True)
+                if p.bm == SWAP_BM]  # no BM 8 instance
+    built = (16, 32, 64, 128)
+    f8 = Plan("gemm", 8, 4, lohi=True, fused_it=True)
+    assert autotune._apply_pins(f8, (8, 16), built) == f8
+    assert str(f8) == "gemm(bm=8,split=4,lohi,it)"
+    monkeypatch.setenv("CUDA_EXL3_LOHI", "1")
+    assert autotune._apply_pins(f8, (8, 16), built) == f8
+    monkeypatch.setenv("CUDA_EXL3_LOHI", "0")
+    assert autotune._apply_pins(f8, (8, 16), built) == Plan("gemm", 16, 4)
+    monkeypatch.delenv("CUDA_EXL3_LOHI")
+    monkeypatch.setenv("CUDA_EXL3_BM", "16")
+    assert autotune._apply_pins(f8, (8, 16), built) == Plan("gemm", 16, 4, lohi=True)
+    monkeypatch.setenv("CUDA_EXL3_BM", "8")
+    assert autotune._apply_pins(Plan("gemm", 16, 4, fused_it=True), (8, 16), built) == Plan("gemm", 8, 4, lohi=True)
+    monkeypatch.delenv("CUDA_EXL3_BM")
+    monkeypatch.setenv("CUDA_EXL3_SPLIT", "2")
+    assert autotune._apply_pins(f8, (8, 16), built) == Plan("gemm", 8, 2, lohi=True)
+
 def test_wgmma_candidates_only_when_usable_and_from_m_128():
     """The wgmma GEMM is a candidate only when the caller says it is usable (built for the codebook, device of compute
     capability 9.0) and m >= WGMMA_MIN_M; always BM 256, with split 1 plus the splits the rules allow for a BM 256

@@ -275,19 +275,22 @@ Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vec
   return y;
 }
 
-// gemm with the input transform inside (BM16, no lohi): x is the raw [m, k] fp16 / bf16 activation, suh per shard.
+// gemm with the input transform inside: x is the raw [m, k] fp16 / bf16 activation, suh per shard. BM16 without lohi,
+// or with `lohi` the BM 8 swapped-operand form (gemm_kernel.cuh; 3inst / mcg).
 Tensor gemm_x(const Tensor& x, const std::vector<Tensor>& trellis, const std::vector<Tensor>& suh,
               const std::vector<Tensor>& svh, const std::optional<Tensor>& bias, int64_t codebook, int64_t split,
               const Tensor& acc, at::ScalarType out_dtype, bool pdl, bool cluster,
-              const std::optional<Tensor>& tile_flags) {
-  TORCH_CHECK(exl3::gemm_instance_built(static_cast<int>(codebook), 16, false),
-              "exl3_kernels.gemm_x: no BM16 kernel instance for codebook ", codebook, " in this build (see built_instances())");
+              const std::optional<Tensor>& tile_flags, bool lohi) {
+  const int bm = lohi ? 8 : 16;
+  TORCH_CHECK(exl3::gemm_instance_built(static_cast<int>(codebook), bm, lohi),
+              "exl3_kernels.gemm_x: no ", lohi ? "BM 8 lohi" : "BM16", " kernel instance for codebook ", codebook,
+              " in this build (see built_instances())");
   exl3::GemmParams p{};
-  Tensor y = gemm_setup(p, "gemm_x", x, trellis, svh, bias, codebook, 16, split, acc, out_dtype, pdl, false, cluster, true, &suh);
-  set_tile_flags(p, "gemm_x", tile_flags, 16, x.device(), p.acc != nullptr);
+  Tensor y = gemm_setup(p, "gemm_x", x, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, lohi, cluster, true, &suh);
+  set_tile_flags(p, "gemm_x", tile_flags, bm, x.device(), p.acc != nullptr);
   c10::cuda::CUDAGuard guard(x.device());
   if (p.m > 0)
-    check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), 16, false,
+    check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), bm, lohi,
                                  c10::cuda::getCurrentCUDAStream(x.device().index()).stream()),
                "gemm_x launch");
   return y;
@@ -603,10 +606,12 @@ TORCH_LIBRARY(exl3_kernels, m) {
   // (exl3/splitk_finish.cuh). Immutable for the same reason as `acc`: the op leaves it all zero.
   m.def("gemm(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int bm, int split, Tensor acc, "
         "ScalarType out_dtype, bool pdl=False, bool lohi=False, bool cluster=False, Tensor? tile_flags=None) -> Tensor");
-  // gemm with the input transform inside (BM16 only, no lohi): x is the raw [m, k] fp16 or bf16 activation and
-  // suh the shards' input scales; each k slice (k / split rounded up to 128 columns) must be at most 1024 columns.
+  // gemm with the input transform inside (BM16 without lohi; lohi=True: the BM 8 swapped lohi form): x is the raw
+  // [m, k] fp16 or bf16 activation and suh the shards' input scales; each k slice (k / split rounded up to 128
+  // columns) must be at most 1024 columns.
   m.def("gemm_x(Tensor x, Tensor[] trellis, Tensor[] suh, Tensor[] svh, Tensor? bias, int codebook, int split, "
-        "Tensor acc, ScalarType out_dtype, bool pdl=False, bool cluster=False, Tensor? tile_flags=None) -> Tensor");
+        "Tensor acc, ScalarType out_dtype, bool pdl=False, bool cluster=False, Tensor? tile_flags=None, "
+        "bool lohi=False) -> Tensor");
   // The Hopper wgmma GEMM (BM 256; sm_90a, compute capability 9.0 only): arguments and contracts as gemm.
   // stream_k > 0 (split must be 1): stream-k over that many blocks (clamped to the work units), running sums through
   // `acc`, which must then be a buffer of its own: 1024 int32 flags (zero), then 32768 fp32 per block (after clamping).

@@ -25,7 +25,8 @@
 // Split-k (split > 1). The same rows are reduced with 16-byte red.global.add.f32 into the fp32
 // accumulator; the epilogue kernel (splitk_epilogue) applies the transform and re-zeroes it, or (p.tile_flags, at m <= plan.SPLITK_FINISH_MAX_M)
 // the tile's last split block does (below).
-// Input transform inside the GEMM (p.fused_it, BM16 plans at small m; not with lohi). At m <= 16 an op is about three
+// Input transform inside the GEMM (p.fused_it: BM16 plans at small m, and the BM 8 swapped lohi form at m <= 8, whose
+// A buffers take the lohi layout, two 8-byte stores per lane and row: fused_input_transform). At m <= 16 an op is about three
 // graph nodes of ~1.5 us plus the GEMM (bench/results/profiles/overhead-b906f14/): the input transform is one of them.
 // With fused_it the block reads x itself: after the prologue's trellis copies and the PDL wait, its 8 warps take the
 // (row, 128-column block) tasks of its rows and k slice (the slice is whole 128-column blocks: k16_per_split % 8 == 0),
@@ -36,6 +37,7 @@
 // are unchanged; it only advances cur_a linearly instead of rotating and issues no A copies. Rows past m are not
 // written: they feed only accumulator rows that are never stored. The redundant work, every 128-column block of the
 // output redoing the transform of its slice, is m x k x (n / 128) values: ~1% of the decode at m = 1, ~20% at m = 16.
+// (Every activation row is one B column in the swapped form too, so the unwritten rows past m stay in their own outputs.)
 // Split-k in a cluster (p.cluster, sm_90+, split <= 16). The split blocks of one output tile (same blockIdx.x / y,
 // blockIdx.z = 0 .. split - 1) are launched as one thread block cluster of (1, 1, split), so block z has cluster
 // rank z. Each stages its partial sums in its own shared memory as for split == 1; after a cluster barrier, row r of
@@ -90,15 +92,16 @@ __host__ __device__ constexpr int gemm_smem_bytes_for(int bm, int K2, bool lohi 
                                                                       : epilogue_smem_bytes(bm);
 }
 
-// fused_it (BM16 only): the A buffers hold the whole slice (k16_per_split / 4 stages), the B pipeline stays kStages deep.
-__host__ __device__ constexpr int fused_smem_bytes_for(int bm, int K2, int k16_per_split) {
-  return (k16_per_split / (kBK / 16)) * a_stage_bytes(bm) + kStages * b_stage_bytes(K2) > epilogue_smem_bytes(bm)
-             ? (k16_per_split / (kBK / 16)) * a_stage_bytes(bm) + kStages * b_stage_bytes(K2)
+// fused_it (BM16, and BM 8 with lohi): the A buffers hold the whole slice (k16_per_split / 4 stages), the B pipeline
+// stays kStages deep. A BM 8 lohi stage is as large as a BM16 plain one (8 rows x 128 virtual columns = 2 KB).
+__host__ __device__ constexpr int fused_smem_bytes_for(int bm, int K2, int k16_per_split, bool lohi = false) {
+  return (k16_per_split / (kBK / 16)) * a_stage_bytes(bm, lohi) + kStages * b_stage_bytes(K2) > epilogue_smem_bytes(bm)
+             ? (k16_per_split / (kBK / 16)) * a_stage_bytes(bm, lohi) + kStages * b_stage_bytes(K2)
              : epilogue_smem_bytes(bm);
 }
-__host__ __device__ constexpr int fused_smem_max(int bm) {
-  return fused_smem_bytes_for(bm, 16, kFusedMaxK16) > gemm_smem_bytes_for(bm, 16)
-             ? fused_smem_bytes_for(bm, 16, kFusedMaxK16) : gemm_smem_bytes_for(bm, 16);
+__host__ __device__ constexpr int fused_smem_max(int bm, bool lohi = false) {
+  return fused_smem_bytes_for(bm, 16, kFusedMaxK16, lohi) > gemm_smem_bytes_for(bm, 16, lohi)
+             ? fused_smem_bytes_for(bm, 16, kFusedMaxK16, lohi) : gemm_smem_bytes_for(bm, 16, lohi);
 }
 
 // The input transform of one block's rows and k slice into its A buffers (p.fused_it; see the top of this file).
@@ -110,10 +113,19 @@ __host__ __device__ constexpr int fused_smem_max(int bm) {
 // which sit in stage c / 64 at column c % 64: 16-byte chunk (c % 64) / 8, swizzled as the cp.async copies
 // (chunk ^ (r & 7)), half chunk c % 8 (0 or 4). A warp stores 2 x 128 contiguous bytes of one row per row (lanes
 // 0-15 in one stage, 16-31 in the next): two wavefronts, the minimum for 256 bytes.
-template <int BM>
+// LOHI (BM 8, the swapped form): the A buffers are in the lohi layout of input.cu (per 16 columns c0.., 32 virtual
+// columns: x[c0 + (j & ~1)] then x[c0 + (j | 1)], j = 0..15; rows of kAK = 128 virtual columns = 16 chunks per stage),
+// so lane l's (v0, v1, v2, v3) go as (v0, v0, v2, v2) to virtual column vc = 2 (cc & ~15) + (cc & 15) and
+// (v1, v1, v3, v3) to vc + 16 (two 8-byte stores, bit-identical to input_transform(..., lohi=True) followed by the
+// cp.async copies: same values, same PRMTs as input.cu, same chunk swizzle). Bank groups: the 16 lanes of a stage
+// write chunks 4 g + {0, 1} (g = 0..3, the 16-column group) with the first store, i.e. physical chunks mod 8 in only
+// 4 of the 8 16-byte bank groups, and the other lanes the same 4 in the next stage: 4 wavefronts per store
+// instruction instead of 2. Accepted: at most 8 rows x 2 stores per warp, once per block before the k loop.
+template <int BM, bool LOHI = false>
 __device__ __forceinline__ void fused_input_transform(const GemmParams& p, uint2 su, uint32_t smem_a, int row0,
                                                       int rows_here, int k16_begin, int nb, int warp, int lane) {
-  constexpr int kAStage = a_stage_bytes(BM, false);
+  constexpr int kAStage = a_stage_bytes(BM, LOHI);
+  constexpr int kRowElems = LOHI ? 2 * kBK : kBK;  // virtual columns per row of a stage
   if (nb <= 0) return;
   const int g = (kThreads / 32) / nb;  // warps per column block
   if (warp >= g * nb) return;
@@ -139,10 +151,19 @@ __device__ __forceinline__ void fused_input_transform(const GemmParams& p, uint2
     fwht128_lane4(v, lane);
     __half2 o0 = __floats2half2_rn(v[0] * kRsqrt128, v[1] * kRsqrt128);
     __half2 o1 = __floats2half2_rn(v[2] * kRsqrt128, v[3] * kRsqrt128);
-    const uint32_t addr = col_addr + 2u * (uint32_t)(r * kBK + ((((cc >> 3) ^ (r & 7)) << 3) | (cc & 7)));
-    asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(*reinterpret_cast<uint32_t*>(&o0)),
-                 "r"(*reinterpret_cast<uint32_t*>(&o1))
-                 : "memory");
+    const uint32_t u0 = *reinterpret_cast<uint32_t*>(&o0), u1 = *reinterpret_cast<uint32_t*>(&o1);
+    if constexpr (LOHI) {
+      const int vc = 2 * (cc & ~15) + (cc & 15);  // virtual column of (v0, v0, v2, v2); (v1, v1, v3, v3) is 16 further
+      const uint32_t ae = col_addr + 2u * (uint32_t)(r * kRowElems + ((((vc >> 3) ^ (r & 7)) << 3) | (vc & 7)));
+      const uint32_t ao = col_addr + 2u * (uint32_t)(r * kRowElems + (((((vc >> 3) + 2) ^ (r & 7)) << 3) | (vc & 7)));
+      asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(ae), "r"(__byte_perm(u0, 0u, 0x1010)),
+                   "r"(__byte_perm(u1, 0u, 0x1010)) : "memory");
+      asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(ao), "r"(__byte_perm(u0, 0u, 0x3232)),
+                   "r"(__byte_perm(u1, 0u, 0x3232)) : "memory");
+    } else {
+      const uint32_t addr = col_addr + 2u * (uint32_t)(r * kRowElems + ((((cc >> 3) ^ (r & 7)) << 3) | (cc & 7)));
+      asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(u0), "r"(u1) : "memory");
+    }
   }
 }
 
@@ -170,7 +191,8 @@ __device__ __forceinline__ void fused_input_transform(const GemmParams& p, uint2
 // Emulated on the CPU in tests/test_kernel_lohi_math.py (test_swapped_bm8_fragments).
 template <int CB, int BM, int K2, bool LOHI = false, bool FUSED = false>
 __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard& sh, uint8_t* smem) {
-  static_assert(!FUSED || (BM == 16 && !LOHI), "the input transform inside the GEMM is built for BM16 without lohi");
+  static_assert(!FUSED || (BM == 16 && !LOHI) || (BM == 8 && LOHI),
+                "the input transform inside the GEMM is built for BM16 without lohi and BM 8 (lohi, swapped)");
   static_assert(!LOHI || CB != kCbMul1, "lohi needs the 3inst or mcg codebook");
   static_assert(BM != 8 || LOHI, "BM 8 is the swapped-operand form of the lohi variant only");
   constexpr bool kSwap = BM == 8;
@@ -287,7 +309,7 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
     // the same commit groups as below (so the loop's waits count alike), A by the block itself
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) cp_async_commit();
-    fused_input_transform<BM>(p, fused_su, smem_a, row0, rows_here, k16_begin, fused_nb, warp, lane);
+    fused_input_transform<BM, LOHI>(p, fused_su, smem_a, row0, rows_here, k16_begin, fused_nb, warp, lane);
   } else {
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
@@ -516,12 +538,13 @@ __global__ void __launch_bounds__(kThreads, GemmOccupancy<BM>::kMinBlocks) gemm_
 // Split-k epilogue: one warp per (row, 128-column block): acc -> transform -> y, and acc := 0.
 __global__ void __launch_bounds__(256) splitk_epilogue_kernel(const __grid_constant__ GemmParams p);
 
-// Launch one kernel of an instance: the plain GEMM, or (FUSED, BM16 without lohi) the one with the input transform.
+// Launch one kernel of an instance: the plain GEMM, or (FUSED: BM16 without lohi, BM 8 lohi) the one with the input
+// transform.
 template <int CB, int BM, bool LOHI, bool FUSED>
 cudaError_t launch_gemm_kernel(const GemmParams& p, cudaStream_t stream) {
   int max_K2 = 0;
   for (int i = 0; i < p.num_shards; ++i) max_K2 = p.shard[i].K2 > max_K2 ? p.shard[i].K2 : max_K2;
-  const int smem = FUSED ? fused_smem_bytes_for(BM, max_K2, p.k16_per_split) : gemm_smem_bytes_for(BM, max_K2, LOHI);
+  const int smem = FUSED ? fused_smem_bytes_for(BM, max_K2, p.k16_per_split, LOHI) : gemm_smem_bytes_for(BM, max_K2, LOHI);
   // The dynamic shared memory opt-in is a per-device function attribute: set it once per device to the
   // maximum over all K2 (and, fused, all slices) of this kernel.
   static unsigned attr_set_mask = 0;
@@ -529,7 +552,7 @@ cudaError_t launch_gemm_kernel(const GemmParams& p, cudaStream_t stream) {
   cudaGetDevice(&dev);
   if (dev >= 32 || !((attr_set_mask >> dev) & 1u)) {
     cudaError_t e = cudaFuncSetAttribute(gemm_kernel<CB, BM, LOHI, FUSED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         FUSED ? fused_smem_max(BM) : gemm_smem_bytes_for(BM, 16, LOHI));
+                                         FUSED ? fused_smem_max(BM, LOHI) : gemm_smem_bytes_for(BM, 16, LOHI));
     if (e != cudaSuccess) return e;
     if (dev < 32) attr_set_mask |= 1u << dev;
   }
@@ -555,10 +578,11 @@ cudaError_t launch_gemm_kernel(const GemmParams& p, cudaStream_t stream) {
 
 template <int CB, int BM, bool LOHI>
 cudaError_t launch_gemm_instance(const GemmParams& p, cudaStream_t stream) {
-  if constexpr (BM == 16 && !LOHI) {
+  if constexpr ((BM == 16 && !LOHI) || (BM == 8 && LOHI)) {
     if (p.fused_it) return launch_gemm_kernel<CB, BM, LOHI, true>(p, stream);
   } else {
-    if (p.fused_it) return cudaErrorInvalidValue;  // only BM16 without lohi has the fused kernel (ops.cpp asks for it)
+    // only BM16 without lohi and BM 8 with it have the fused kernel (ops.cpp asks for no other)
+    if (p.fused_it) return cudaErrorInvalidValue;
   }
   return launch_gemm_kernel<CB, BM, LOHI, false>(p, stream);
 }

@@ -107,7 +107,8 @@ def _register_fakes() -> None:
 
     if hasattr(torch.ops.exl3_kernels, "gemm_x"):  # libraries built before the fused input transform lack the op
         @torch.library.register_fake(lib + "gemm_x")
-        def _(x, trellis, suh, svh, bias, codebook, split, acc, out_dtype, pdl=False, cluster=False, tile_flags=None):
+        def _(x, trellis, suh, svh, bias, codebook, split, acc, out_dtype, pdl=False, cluster=False, tile_flags=None,
+              lohi=False):
             n_total = sum(t.shape[1] * 16 for t in trellis)
             return x.new_empty((x.shape[0], n_total), dtype=out_dtype)
 
@@ -213,29 +214,52 @@ def gemm_x_built() -> bool:
     return available() and hasattr(torch.ops.exl3_kernels, "gemm_x")
 
 
+def gemm_x_has_lohi() -> bool:
+    """Whether the loaded library's :func:`gemm_x` takes ``lohi`` (the BM 8 swapped form with the input transform
+    inside); libraries before it do not. Cached."""
+    global _GEMM_X_LOHI
+    if _GEMM_X_LOHI is None:
+        _GEMM_X_LOHI = bool(gemm_x_built() and any(
+            a.name == "lohi" for a in torch.ops.exl3_kernels.gemm_x.default._schema.arguments))
+    return _GEMM_X_LOHI
+
+
+_GEMM_X_LOHI: bool | None = None
+
+
 def gemm_x(x: torch.Tensor, trellis: list[torch.Tensor], suh: list[torch.Tensor], svh: list[torch.Tensor],
            bias: torch.Tensor | None, codebook: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype,
-           cluster: bool | None = None, tile_flags: torch.Tensor | None = None) -> torch.Tensor:
-    """The BM16 trellis GEMM with the input transform inside: y = had_n(had_k(x * suh_s) @ Ŵ_s) * svh_s + bias, one
+           cluster: bool | None = None, tile_flags: torch.Tensor | None = None, lohi: bool = False) -> torch.Tensor:
+    """The trellis GEMM with the input transform inside: y = had_n(had_k(x * suh_s) @ Ŵ_s) * svh_s + bias, one
     kernel (two with split-k through the accumulator, one with ``tile_flags``), no xh in global memory (csrc/gemm/gemm_kernel.cuh, "Input
     transform inside the GEMM"). Each block transforms its own rows and k slice, bit-identical to
     :func:`input_transform`; every 128-column block of the output repeats that work, so it pays only at small m.
+    BM16 without ``lohi``; with ``lohi`` the BM 8 swapped-operand form (3inst / mcg; its A buffers in the lohi layout),
+    bit-identical to ``gemm(input_transform(x, suh, lohi=True), ..., bm=8, lohi=True)``.
 
     Args:
         x: fp16 or bf16 [m, k], unit column stride, row stride a multiple of 4, 8-byte aligned; k % 128 == 0.
         trellis, svh, bias, codebook, acc, out_dtype: as :func:`gemm`; suh: per shard fp16 [k].
         split: split-k factor; each k slice (:func:`plan.fused_it_slice`) must be at most 1024 columns.
         cluster: as :func:`gemm` (None = CUDA_EXL3_CLUSTER).
-        tile_flags: as :func:`gemm` (with them a split-k plan is one kernel).
+        tile_flags: as :func:`gemm` (with them a split-k plan is one kernel; ceil(m / 8) x n / 128 counters with lohi).
+        lohi: the BM 8 swapped form (needs :func:`gemm_x_has_lohi`).
     Returns:
         [m, sum n_s] in ``out_dtype``.
     Raises:
-        RuntimeError from the op on a slice above 1024 columns, a missing BM16 instance, or the checks of :func:`gemm`.
+        RuntimeError from the op on a slice above 1024 columns, a missing BM16 (BM 8 lohi) instance, a library whose
+        gemm_x has no ``lohi``, or the checks of :func:`gemm`.
     """
     pdl = env.get_bool("PDL", True)
     if cluster is None:
         cluster = env.get_bool("CLUSTER", False)
     cluster = bool(cluster and split > 1)
+    if lohi:
+        if not gemm_x_has_lohi():
+            raise RuntimeError("exl3_kernels.gemm_x: this library's gemm_x has no lohi form (BM 8 swapped); rebuild it")
+        flags = tile_flags if tile_flags is not None and split > 1 and not cluster else None
+        return torch.ops.exl3_kernels.gemm_x(x, trellis, suh, svh, bias, codebook, split, acc, out_dtype, pdl, cluster,
+                                             flags, True)
     if tile_flags is not None and split > 1 and not cluster and has_tile_flags():
         return torch.ops.exl3_kernels.gemm_x(x, trellis, suh, svh, bias, codebook, split, acc, out_dtype, pdl, False,
                                              tile_flags)

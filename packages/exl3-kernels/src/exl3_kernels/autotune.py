@@ -104,7 +104,7 @@ def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...
     instance for the (pinned) plan (the gemm path at a BM in ``lohi_bm``: BM16, 3inst / mcg; a fused-input-transform
     plan becomes the plain one), =0 off everywhere. CUDA_EXL3_PATH=wgmma keeps the plan's split with BM 256
     (CUDA_EXL3_BM does not apply to it); pinning gemm over a tuned wgmma plan takes the largest BM tier of the build
-    (``built_bm``). A pinned BM other than 16 or a pinned split turns a fused plan into the plain GEMM. In deterministic
+    (``built_bm``). A pinned BM other than the plan's or a pinned split turns a fused plan into the plain GEMM. In deterministic
     mode a pinned plan never uses atomics: a gemm split 2..16 reduces in a cluster where ``cluster_splitk`` (else split
     1), a wgmma or wgmma_rs split becomes 1. CUDA_EXL3_PATH=wgmma_rs keeps the plan's BM where it is an RS tier (else
     the largest, RS_BM_TIERS), and a pinned CUDA_EXL3_BM applies to it when it is one."""
@@ -123,18 +123,18 @@ def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...
         else:
             p = replace(p, path=path, stream_k=False)
     if bm is not None and p.path != "wgmma" and (p.path != "wgmma_rs" or bm in RS_BM_TIERS):
-        p = replace(p, bm=bm, fused_it=p.fused_it and bm == 16)
+        p = replace(p, bm=bm, fused_it=p.fused_it and bm == p.bm)
     if split is not None:
         p = replace(p, split=split, cluster=p.cluster and 2 <= split <= CLUSTER_MAX_SPLIT, fused_it=False,
                     stream_k=False)
     if lohi:
         on = env.get_bool("LOHI") and p.path == "gemm" and p.bm in lohi_bm
-        p = replace(p, lohi=on, fused_it=p.fused_it and not on)
+        p = replace(p, lohi=on, fused_it=p.fused_it and on == p.lohi)
     if p.path == "gemm" and p.bm == SWAP_BM:
         # BM 8 exists only as the lohi form (plan.SWAP_BM): with a pinned BM 8 it is lohi where built, and without
         # lohi (CUDA_EXL3_LOHI=0, mul1, a build without it) the smallest plain tier
         if SWAP_BM in lohi_bm and (p.lohi or not lohi or env.get_bool("LOHI")):
-            p = replace(p, lohi=True, fused_it=False)
+            p = replace(p, lohi=True, fused_it=p.fused_it and p.lohi)  # fused only as tuned (a BM 8 lohi plan)
         else:
             p = replace(p, bm=min(built_bm), lohi=False)
     if env.get_bool("DETERMINISTIC") and p.split > 1 and (path or bm is not None or split is not None):
@@ -309,7 +309,8 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
     device and library can reduce split-k inside a thread block cluster (:func:`_ops.cluster_splitk_available`),
     which lets deterministic mode use split-k (:func:`plan.cost_model`) and, with CUDA_EXL3_CLUSTER unset, adds the
     cluster plans to the timed candidates (:func:`plan.candidates`). ``fused_it``: the library has the GEMM with the
-    input transform inside; its plans are timed at small m. ``wgmma_rs``: the register-A Hopper GEMM may be timed (up to
+    input transform inside; its plans are timed at small m (the BM 8 swapped form too where the library's gemm_x has
+    it, :func:`_ops.gemm_x_has_lohi`). ``wgmma_rs``: the register-A Hopper GEMM may be timed (up to
     plan.RS_MAX_M; never in the cost model). ``wgmma_sk``: the wgmma GEMM's stream-k form may be timed (never in the
     cost model)."""
     deterministic = env.get_bool("DETERMINISTIC")
@@ -325,7 +326,8 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
                 _cache[key] = plan
         else:
             cands = candidates(shape, m, sm_count(device), acc_capacity, built_bm, deterministic, lohi_bm, wgmma,
-                               cluster_splitk and cluster_mode() is None, fused_it, wgmma_rs, wgmma and wgmma_sk)
+                               cluster_splitk and cluster_mode() is None, fused_it, wgmma_rs, wgmma and wgmma_sk,
+                               fused_it and _ops.gemm_x_has_lohi())
             if base not in cands:
                 cands.append(base)
             graph = m_bucket(m) <= GRAPH_MAX_M and env.get_bool("AUTOTUNE_GRAPH", False)

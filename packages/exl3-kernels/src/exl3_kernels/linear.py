@@ -218,7 +218,8 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
         acc = workspace.splitk_acc(x2.device) if plan.split > 1 else x2  # not touched (nor size-checked) by a cluster
         return _ops.gemm_x(x2, trellis, suh, svh, bias32, codebook, plan.split, acc, x2.dtype,
                            True if plan.cluster else None,
-                           tile_flags=_tile_flags(x2, trellis, 16) if plan.split > 1 and not plan.cluster else None)
+                           tile_flags=_tile_flags(x2, trellis, plan.bm) if plan.split > 1 and not plan.cluster else None,
+                           lohi=plan.lohi)
     xh = _ops.input_transform(x2, suh, lohi=plan.lohi)
     acc = workspace.splitk_acc(x2.device) if plan.split > 1 else xh
     # a cluster plan reduces in a cluster; otherwise CUDA_EXL3_CLUSTER decides (unset / 0: the accumulator)

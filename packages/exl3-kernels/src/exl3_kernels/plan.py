@@ -274,15 +274,18 @@ def cost_model(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, reco
 
 
 def fused_it_plans(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, splits: list[int],
-                   cluster_splitk: bool) -> list[Plan]:
-    """BM16 plans with the input transform inside the GEMM: the accumulator ``splits`` (the plain GEMM's candidates)
-    whose k slice fits FUSED_IT_MAX_SLICE, or if none does the smallest split that fits and passes the accumulator
-    rule; with ``cluster_splitk`` also cluster plans at the :func:`cluster_splits` that fit, or the smallest fitting
-    split <= CLUSTER_PLAN_MAX_SPLIT."""
+                   cluster_splitk: bool, bm: int = 16) -> list[Plan]:
+    """Plans with the input transform inside the GEMM, BM16 (``bm`` 16) or the BM 8 swapped lohi form (``bm``
+    SWAP_BM): the accumulator ``splits`` (the plain GEMM's candidates at that BM) whose k slice fits
+    FUSED_IT_MAX_SLICE, or if none does the smallest split that fits and passes the accumulator rule; with
+    ``cluster_splitk`` also cluster plans at the :func:`cluster_splits` that fit, or the smallest fitting split <=
+    CLUSTER_PLAN_MAX_SPLIT (pass False for BM 8: no cluster plans are offered there)."""
     fit = [s for s in range(1, max_split(shape) + 1) if fused_it_slice(shape.k, s) <= FUSED_IT_MAX_SLICE]
     atomic = [s for s in splits if s in fit]
     if not atomic:
         atomic = [s for s in fit if splitk_allowed(shape, m, s, acc_capacity)][:1]
+    if bm == SWAP_BM:
+        return [Plan("gemm", SWAP_BM, s, lohi=True, fused_it=True) for s in atomic]
     out = [Plan("gemm", 16, s, fused_it=True) for s in atomic]
     if cluster_splitk:
         cl = [s for s in cluster_splits(shape, m, 16, sm_count, acc_capacity) if s in fit]
@@ -343,11 +346,13 @@ def sk_acc_elems(blocks: int) -> int:
 def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
                built_bm: tuple[int, ...] = BM_TIERS, deterministic: bool = False,
                lohi_bm: tuple[int, ...] = (), wgmma: bool = False, cluster_splitk: bool = False,
-               fused_it: bool = False, wgmma_rs: bool = False, wgmma_sk: bool = False) -> list[Plan]:
+               fused_it: bool = False, wgmma_rs: bool = False, wgmma_sk: bool = False,
+               fused_swap: bool = False) -> list[Plan]:
     """Plans worth timing for this m: BM tiers from the covering one down to half of it (and the largest
     for m above all tiers), split-k in powers of two up to the limits, the same tiers and splits as the lohi
     variant where built (``lohi_bm``: BM tiers with a lohi instance for this codebook; its BM 8, SWAP_BM, for
-    m <= 8 with the splits of :func:`candidate_splits`), the wgmma GEMM with its
+    m <= 8 with the splits of :func:`candidate_splits`, and with ``fused_swap`` (the library's gemm_x has that form)
+    the same BM 8 with the input transform inside at the splits whose k slice fits), the wgmma GEMM with its
     splits for m >= WGMMA_MIN_M when ``wgmma`` (built for this codebook and the device is compute capability 9.0),
     the three dense paths for m >= 64, and with ``cluster_splitk`` (the device and library reduce split-k inside a
     thread block cluster) the cluster plans of :func:`cluster_splits` for m in [CLUSTER_MIN_M, CLUSTER_MAX_M]
@@ -370,8 +375,10 @@ def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
         if fused_it and bm == 16 and m <= FUSED_IT_MAX_M and not deterministic:
             out += fused_it_plans(shape, m, sm_count, acc_capacity, splits, cluster_splitk)
     if SWAP_BM in lohi_bm and m <= SWAP_BM:
-        out += [Plan("gemm", SWAP_BM, s, lohi=True)
-                for s in candidate_splits(shape, m, SWAP_BM, sm_count, acc_capacity, deterministic)]
+        swap_splits = candidate_splits(shape, m, SWAP_BM, sm_count, acc_capacity, deterministic)
+        out += [Plan("gemm", SWAP_BM, s, lohi=True) for s in swap_splits]
+        if fused_swap and not deterministic:
+            out += fused_it_plans(shape, m, sm_count, acc_capacity, swap_splits, False, bm=SWAP_BM)
     if wgmma_rs and not deterministic:
         out += rs_plans(shape, m, sm_count, acc_capacity)
     if wgmma and m >= WGMMA_MIN_M:

@@ -142,3 +142,106 @@ def test_gemm_x_cluster_partial_and_empty_slices(k, split):
     assert rel_err(y, reference_forward(x, trellis, suh, svh, bias, name)) < TOL[torch.bfloat16]
     assert acc_nan.isnan().all()
     assert torch.equal(y, _ops.gemm_x(x, trellis, suh, svh, bias, cb, split, acc_nan, torch.bfloat16, cluster=True))
+
+
+def _swap_ready(cb):
+    _ready()
+    if not _ops.gemm_x_has_lohi():
+        pytest.skip("this library's gemm_x has no BM 8 swapped (lohi) form")
+    if (cb, 8) not in _ops.built_instances(lohi=True):
+        pytest.skip(f"no BM 8 lohi instance for codebook {cb} in this build")
+
+
+@pytest.mark.parametrize("xdtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("m", [1, 3, 8, 11])
+def test_gemm_x_swap_bit_identical_to_input_transform_then_gemm(m, xdtype):
+    """The BM 8 swapped form with the input transform inside (gemm_x(..., lohi=True)): at split 1 (k = 1024, one slice)
+    and, on sm_90, cluster splits 4 / 8 of k = 4096, equal bit for bit to input_transform(..., lohi=True) + the BM 8
+    lohi GEMM, on a mixed-K fused layer; m = 11 is two row blocks, the second partial. 3inst and mcg (the codebooks
+    with a lohi form)."""
+    for cb in (0, 1):
+        _swap_ready(cb)
+    out = torch.bfloat16 if xdtype == torch.bfloat16 else torch.float16
+    for cb in (0, 1):
+        k2s = [8, 10, 10] if compiled(cb, 10) else [8, 8, 8]
+        trellis, suh, svh, bias = random_layer(1024, [256, 128, 128], k2s, seed=m + 10 * cb, bias=True)
+        x = torch.randn(m, 1024, device="cuda", dtype=xdtype)
+        y = _ops.gemm_x(x, trellis, suh, svh, bias, cb, 1, x, out, lohi=True)
+        y0 = _ops.gemm(_ops.input_transform(x, suh, lohi=True), trellis, svh, bias, cb, 8, 1, x, out, lohi=True)
+        assert torch.equal(y, y0), cb
+        assert not torch.equal(y, torch.zeros_like(y))
+        if not _cluster_ok():
+            continue
+        trellis, suh, svh, bias = random_layer(4096, [256, 128], k2s[:2], seed=m + 1 + 10 * cb, bias=True)
+        x = torch.randn(m, 4096, device="cuda", dtype=xdtype)
+        acc = workspace.splitk_acc(x.device)
+        acc_nan = torch.full((m * 384,), float("nan"), device="cuda")
+        xh = _ops.input_transform(x, suh, lohi=True)
+        for split in (4, 8):
+            y = _ops.gemm_x(x, trellis, suh, svh, bias, cb, split, acc_nan, out, cluster=True, lohi=True)
+            y0 = _ops.gemm(xh, trellis, svh, bias, cb, 8, split, acc, out, cluster=True, lohi=True)
+            assert torch.equal(y, y0), (cb, split)
+        assert acc_nan.isnan().all()
+        assert not acc.any()
+
+
+@pytest.mark.parametrize("k,split", [(640, 4), (4096, 6), (2048, 16)])
+def test_gemm_x_swap_splitk_vs_reference(k, split):
+    """Split-k through the accumulator, with and without the tile counters (split-k finished by the tile's last block),
+    slices partial or empty (k = 640, split 4: 256, 256, 128, 0 columns): within the fp16 tolerance of the reference,
+    the accumulator and the counters all zero afterwards."""
+    _swap_ready(1)
+    trellis, suh, svh, bias = random_layer(k, [384], [8], seed=k + split, bias=True)
+    acc = workspace.splitk_acc(torch.device("cuda"))
+    for m in (1, 5, 8, 9):
+        x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        ref = reference_forward(x, trellis, suh, svh, bias, "mcg")
+        y = _ops.gemm_x(x, trellis, suh, svh, bias, 1, split, acc, torch.float16, cluster=False, lohi=True)
+        assert rel_err(y, ref) < TOL[torch.float16], (m, k, split)
+        assert not acc.any()
+        if _ops.has_tile_flags():
+            flags = torch.zeros(-(-m // 8) * 3, dtype=torch.int32, device="cuda")
+            y = _ops.gemm_x(x, trellis, suh, svh, bias, 1, split, acc, torch.float16, cluster=False, tile_flags=flags,
+                            lohi=True)
+            assert rel_err(y, ref) < TOL[torch.float16], (m, k, split, "flags")
+            assert not acc.any() and not flags.any()
+
+
+def test_gemm_x_swap_graph_replay_and_autotuner(monkeypatch):
+    """A captured graph of the fused BM 8 form replayed on new activations equals eager bit for bit; exl3_linear at
+    m = 1 times ",lohi,it)" plans (not with CUDA_EXL3_FUSED_IT=0) and matches the reference whichever plan won."""
+    _swap_ready(1)
+    from exl3_kernels.linear import Exl3Layer, exl3_linear
+
+    trellis, suh, svh, bias = random_layer(1024, [512], [8], seed=7, bias=True)
+    xs = torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16)
+    fn = lambda: _ops.gemm_x(xs, trellis, suh, svh, bias, 1, 1, xs, torch.bfloat16, lohi=True)  # noqa: E731
+    g, out = capture_graph(fn)
+    for seed in range(3):
+        xs.copy_(torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16,
+                             generator=torch.Generator("cuda").manual_seed(seed)))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, fn())
+    monkeypatch.delenv("CUDA_EXL3_DETERMINISTIC", raising=False)
+    trellis, suh, svh, bias = random_layer(4096, [1024], [8], seed=8, bias=True)
+    layer = Exl3Layer(trellis, suh, svh, "mcg", bias)
+    x = torch.randn(1, 4096, device="cuda", dtype=torch.float16)
+    for flag, expect in (("1", True), ("0", False)):
+        monkeypatch.setenv("CUDA_EXL3_FUSED_IT", flag)
+        autotune.clear()
+        y = exl3_linear(x, layer)
+        timed = [c for t in autotune.cached_timings().values() for c in t["first"]]
+        assert any(c.endswith(",lohi,it)") for c in timed) == expect, timed
+        assert rel_err(y, reference_forward(x, trellis, suh, svh, bias, "mcg")) < TOL[torch.float16]
+
+
+def test_gemm_x_swap_refused_without_instance_or_for_mul1():
+    """gemm_x(lohi=True) for mul1 (no lohi form) raises naming the missing BM 8 lohi instance."""
+    _ready()
+    if not _ops.gemm_x_has_lohi():
+        pytest.skip("this library's gemm_x has no BM 8 swapped (lohi) form")
+    trellis, suh, svh, _ = random_layer(1024, [128], [8], seed=9)
+    x = torch.randn(2, 1024, device="cuda", dtype=torch.float16)
+    with pytest.raises(RuntimeError, match="BM 8 lohi"):
+        _ops.gemm_x(x, trellis, suh, svh, None, 2, 1, x, torch.float16, lohi=True)
