@@ -422,7 +422,8 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   float* epi = reinterpret_cast<float*>(smem);
   if constexpr (kSwap) {
     // C = [16 columns][8 rows]: c0 = (column g, row 2q), c1 = (g, 2q + 1), c2 = (g + 8, 2q), c3 = (g + 8, 2q + 1).
-    // Rows past m hold sums of the zero-filled xh rows and are never read. Bank of a store: 16 q + g (mod 32, row
+    // Rows past m hold sums of the zero-filled xh rows (with the fused transform: of never-written A rows, possibly NaN)
+    // and are never read: each activation row is one B column, so nothing else depends on them. Bank of a store: 16 q + g (mod 32, row
     // stride 136 floats): lanes q and q + 2 meet, 2-way, in these 4 stores once per block (the k loop is thousands
     // of instructions).
     const int g = lane >> 2, q = lane & 3;

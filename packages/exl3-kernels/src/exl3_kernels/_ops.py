@@ -168,7 +168,8 @@ def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor],
         svh: per shard fp16 [n_s].
         bias: fp32 [sum n_s] or None.
         codebook: 0 = 3inst, 1 = mcg, 2 = mul1 (all shards).
-        bm: row tile (16, 32, 64, 128; built tiers in ``built_instances()``).
+        bm: row tile (16, 32, 64, 128; built tiers in ``built_instances()``; with ``lohi`` also 8, the swapped-operand
+            form, where ``built_instances(lohi=True)`` has it).
         split: split-k factor; > 1 uses ``acc`` (fp32, >= m * sum n_s elements, all zero; left all zero).
         out_dtype: torch.float16 or torch.bfloat16.
         lohi: the variant that leaves lo + hi of each decoded weight to the tensor core (3inst / mcg; built for the

@@ -101,8 +101,9 @@ def sm_count(device: torch.device) -> int:
 def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...] = BM_TIERS,
                 cluster_splitk: bool = False) -> Plan:
     """The plan with the env pins applied. CUDA_EXL3_LOHI=1 turns the lohi variant on wherever this layer has an
-    instance for the (pinned) plan (the gemm path at a BM in ``lohi_bm``: BM16, 3inst / mcg; a fused-input-transform
-    plan becomes the plain one), =0 off everywhere. CUDA_EXL3_PATH=wgmma keeps the plan's split with BM 256
+    instance for the (pinned) plan (the gemm path at a BM in ``lohi_bm``: BM 8 and 16, 3inst / mcg; a BM16
+    fused-input-transform plan becomes the plain one, a fused BM 8 plan stays fused), =0 off everywhere (a BM 8 plan
+    becomes the smallest plain tier). A pinned BM keeps the lohi variant only where ``lohi_bm`` has that BM. CUDA_EXL3_PATH=wgmma keeps the plan's split with BM 256
     (CUDA_EXL3_BM does not apply to it); pinning gemm over a tuned wgmma plan takes the largest BM tier of the build
     (``built_bm``). A pinned BM other than the plan's or a pinned split turns a fused plan into the plain GEMM. In deterministic
     mode a pinned plan never uses atomics: a gemm split 2..16 reduces in a cluster where ``cluster_splitk`` (else split
@@ -123,7 +124,8 @@ def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...
         else:
             p = replace(p, path=path, stream_k=False)
     if bm is not None and p.path != "wgmma" and (p.path != "wgmma_rs" or bm in RS_BM_TIERS):
-        p = replace(p, bm=bm, fused_it=p.fused_it and bm == p.bm)
+        # lohi only where that BM has a lohi instance (a tuned BM 8 lohi plan pinned to BM 32 is the plain BM 32)
+        p = replace(p, bm=bm, lohi=p.lohi and bm in lohi_bm, fused_it=p.fused_it and bm == p.bm)
     if split is not None:
         p = replace(p, split=split, cluster=p.cluster and 2 <= split <= CLUSTER_MAX_SPLIT, fused_it=False,
                     stream_k=False)
@@ -284,13 +286,13 @@ def _key(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, de
     """Cache key of a plan: (shape, m bucket, dtype, device, deterministic mode, then every variable that changes the
     candidates or their timings: CUDA_EXL3_CLUSTER unset / 0 / 1 (which split-k plans exist and how the accumulator
     plans run), FUSED_IT, WGMMA, WGMMA_RS, PDL, SPLITK_FINISH, SPLITK_WORKSPACE_MB (which split-k plans fit), RECON_MIN_M (the
-    cost model's dense-path threshold) and AUTOTUNE_GRAPH (how candidates are timed)). Changing one of them in a running
+    cost model's dense-path threshold), AUTOTUNE_GRAPH (how candidates are timed) and LOHI (=0 times no lohi plan)). Changing one of them in a running
     process gives new plans instead of stale ones."""
     return (shape, m_bucket(m), dtype, device, deterministic, cluster_mode(), env.get_bool("FUSED_IT", True),
             env.get_bool("WGMMA", True), env.get_bool("WGMMA_RS", True), env.get_bool("WGMMA_SK", True),
             env.get_bool("PDL", True), env.get_bool("SPLITK_FINISH", True),
             env.get_int("SPLITK_WORKSPACE_MB", 64),
-            env.get_int("RECON_MIN_M", 1024), env.get_bool("AUTOTUNE_GRAPH", False))
+            env.get_int("RECON_MIN_M", 1024), env.get_bool("AUTOTUNE_GRAPH", False), env.get("LOHI") or "")
 
 
 def cluster_mode() -> bool | None:

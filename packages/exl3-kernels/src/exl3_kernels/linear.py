@@ -278,7 +278,9 @@ def _linear_cuda(x, trellis, suh, svh, bias, codebook: int) -> torch.Tensor:
         bias32 = bias if bias.dtype == torch.float32 and bias.is_contiguous() else bias.float().contiguous()
     shape = layer_shape(trellis, codebook)
     built = tuple(sorted({bm for cb, bm in _ops.built_instances() if cb == codebook})) or BM_TIERS
-    lohi_bm = tuple(sorted({bm for cb, bm in _ops.built_instances(lohi=True) if cb == codebook}))
+    # CUDA_EXL3_LOHI=0: no lohi candidate is timed (the pin would turn a winning one into a plan never timed)
+    lohi_off = env.get("LOHI") not in (None, "") and not env.get_bool("LOHI")
+    lohi_bm = () if lohi_off else tuple(sorted({bm for cb, bm in _ops.built_instances(lohi=True) if cb == codebook}))
     wgmma = wgmma_offered(x2.device, codebook)
     wgmma_rs = wgmma_rs_offered(x2.device, codebook)
     wgmma_sk = wgmma and wgmma_sk_offered()

@@ -20,9 +20,9 @@ def _cluster_ready():
         pytest.skip("this library predates the cluster split-k")
 
 
-def _gemm(x, trellis, suh, svh, bias, cb, bm, split, dtype, acc):
-    xh = _ops.input_transform(x, suh)
-    return _ops.gemm(xh, trellis, svh, bias, cb, bm, split, acc, dtype)
+def _gemm(x, trellis, suh, svh, bias, cb, bm, split, dtype, acc, lohi=False):
+    xh = _ops.input_transform(x, suh, lohi=lohi)
+    return _ops.gemm(xh, trellis, svh, bias, cb, bm, split, acc, dtype, lohi=lohi)
 
 
 @pytest.mark.parametrize("m", [1, 3, 17, 100])
@@ -38,7 +38,9 @@ def test_cluster_splitk_vs_reference_and_acc_unused(m, split, monkeypatch):
     x = torch.randn(m, 1024, device="cuda", dtype=torch.float16)
     ref = reference_forward(x, trellis, suh, svh, bias, ["3inst", "mcg", "mul1"][cb])
     sentinel = torch.full((m * 384,), float("nan"), device="cuda")
-    for c, bm in _ops.built_instances():
+    # the plain tiers and the lohi ones (BM 8: the swapped-operand form), each with its own input transform
+    for c, bm, lohi in [(c, b, False) for c, b in _ops.built_instances()] + [(c, b, True) for c, b in
+                                                                           _ops.built_instances(lohi=True)]:
         if c != cb:
             continue
         for dtype in (torch.float16, torch.bfloat16):
@@ -46,7 +48,7 @@ def test_cluster_splitk_vs_reference_and_acc_unused(m, split, monkeypatch):
             # instead of showing the previous iteration's (correct) result
             poison = torch.full((m, 384), float("nan"), device="cuda", dtype=dtype)
             del poison
-            y = _gemm(x, trellis, suh, svh, bias, cb, bm, split, dtype, sentinel)
+            y = _gemm(x, trellis, suh, svh, bias, cb, bm, split, dtype, sentinel, lohi)
             torch.cuda.synchronize()
             assert y.shape == (m, 384) and y.dtype == dtype
             assert torch.isfinite(y.float()).all(), (bm, split, "the NaN accumulator leaked into y")

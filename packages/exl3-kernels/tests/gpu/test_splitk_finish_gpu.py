@@ -46,6 +46,11 @@ def _run(kind: str, x, trellis, suh, svh, bias, cb: int, bm: int, split: int, dt
     acc = workspace.splitk_acc(x.device)
     if kind == "gemm_x":
         return _ops.gemm_x(x, trellis, suh, svh, bias, cb, split, acc, dtype, False, tile_flags=f)
+    if kind == "gemm_x_lohi":  # the fused BM 8 swapped form
+        return _ops.gemm_x(x, trellis, suh, svh, bias, cb, split, acc, dtype, False, tile_flags=f, lohi=True)
+    if kind == "gemm_lohi":
+        return _ops.gemm(_ops.input_transform(x, suh, lohi=True), trellis, svh, bias, cb, bm, split, acc, dtype, True,
+                         False, tile_flags=f)
     xh = _ops.input_transform(x, suh)
     if kind == "wgmma_rs":
         return _ops.gemm_wgmma_rs(xh, trellis, svh, bias, cb, bm, split, acc, dtype, tile_flags=f)
@@ -56,6 +61,9 @@ def _kinds(cb: str) -> list[tuple[str, int]]:
     out = [("gemm", bm) for c, bm in _ops.built_instances() if c == CBS[cb]]
     if _ops.gemm_x_built():
         out.append(("gemm_x", 16))
+    out += [("gemm_lohi", bm) for c, bm in _ops.built_instances(lohi=True) if c == CBS[cb]]
+    if (CBS[cb], 8) in _ops.built_instances(lohi=True) and _ops.gemm_x_has_lohi():
+        out.append(("gemm_x_lohi", 8))
     if _rs_usable(cb):
         out += [("wgmma_rs", bm) for bm in (8, 16, 32, 64, 128)]
     return out
@@ -68,7 +76,8 @@ def _kinds(cb: str) -> list[tuple[str, int]]:
 @pytest.mark.parametrize("k,split", [(4096, 3), (4096, 6), (1152, 17), (1024, 1)])
 @pytest.mark.parametrize("m", [1, 17, 100])
 def test_tile_counters_match_the_epilogue_kernel(k, split, m):
-    """Every GEMM form (mma.sync at each built BM, with the input transform inside, register-A at each BM), fused layer
+    """Every GEMM form (mma.sync at each built BM, its lohi variant at each lohi BM (BM 8: swapped operands), with the
+    input transform inside (BM16, and BM 8 lohi where built), register-A at each BM), fused layer
     of three shards with mixed K (the register-A GEMM launches one grid per K run), bias, bf16: y with tile counters
     equals y from the split-k epilogue kernel to fp32 rounding and the reference to TOL; counters and accumulator zero
     after every call."""
@@ -81,7 +90,7 @@ def test_tile_counters_match_the_epilogue_kernel(k, split, m):
     for kind, bm in _kinds(cb):
         if kind != "wgmma_rs" and split == 1:
             continue  # split 1 of the other GEMMs never touches the accumulator
-        if kind == "gemm_x" and -(-(k // 16) // split) > 64:
+        if kind.startswith("gemm_x") and -(-(k // 16) // split) > 64:
             continue  # gemm_x slices of at most 1024 columns
         y0 = _run(kind, x, trellis, suh, svh, bias, CBS[cb], bm, split, torch.bfloat16, flags=False)
         y1 = _run(kind, x, trellis, suh, svh, bias, CBS[cb], bm, split, torch.bfloat16, flags=True)
