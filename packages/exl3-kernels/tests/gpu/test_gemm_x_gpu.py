@@ -26,6 +26,34 @@ def _cluster_ok():
     return torch.cuda.get_device_capability()[0] >= 9
 
 
+def _assert_replay_equals_eager(fn, xs):
+    """Capture fn (which reads xs) into a CUDA graph; after each of three new xs, the replayed output equals eager."""
+    g, out = capture_graph(fn)
+    for seed in range(3):
+        xs.copy_(torch.randn(*xs.shape, device="cuda", dtype=xs.dtype, generator=torch.Generator("cuda").manual_seed(seed)))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, fn())
+
+
+def _assert_autotuner_times(suffix, name, seed, monkeypatch):
+    """exl3_linear at m = 1 on a 4096 x 1024 layer times plans whose label ends in ``suffix`` with CUDA_EXL3_FUSED_IT=1
+    and none with =0, and matches the reference whichever plan won."""
+    from exl3_kernels.linear import Exl3Layer, exl3_linear
+
+    monkeypatch.delenv("CUDA_EXL3_DETERMINISTIC", raising=False)
+    trellis, suh, svh, bias = random_layer(4096, [1024], [8], seed=seed, bias=True)
+    layer = Exl3Layer(trellis, suh, svh, name, bias)
+    x = torch.randn(1, 4096, device="cuda", dtype=torch.float16)
+    for flag, expect in (("1", True), ("0", False)):
+        monkeypatch.setenv("CUDA_EXL3_FUSED_IT", flag)
+        autotune.clear()
+        y = exl3_linear(x, layer)
+        timed = [c for t in autotune.cached_timings().values() for c in t["first"]]
+        assert any(c.endswith(suffix) for c in timed) == expect, timed
+        assert rel_err(y, reference_forward(x, trellis, suh, svh, bias, name)) < TOL[torch.float16]
+
+
 @pytest.mark.parametrize("xdtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("m", [1, 3, 8, 16, 17])
 def test_gemm_x_bit_identical_to_input_transform_then_gemm(m, xdtype):
@@ -85,14 +113,7 @@ def test_gemm_x_strided_rows_and_graph_replay():
     y = _ops.gemm_x(x, trellis, suh, svh, bias, cb, 1, x, torch.bfloat16)
     assert torch.equal(y, _ops.gemm_x(x.contiguous(), trellis, suh, svh, bias, cb, 1, x, torch.bfloat16))
     xs = torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16)
-    fn = lambda: _ops.gemm_x(xs, trellis, suh, svh, bias, cb, 1, xs, torch.bfloat16)  # noqa: E731
-    g, out = capture_graph(fn)
-    for seed in range(3):
-        xs.copy_(torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16,
-                             generator=torch.Generator("cuda").manual_seed(seed)))
-        g.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, fn())
+    _assert_replay_equals_eager(lambda: _ops.gemm_x(xs, trellis, suh, svh, bias, cb, 1, xs, torch.bfloat16), xs)
 
 
 def test_gemm_x_refuses_slices_above_1024_columns():
@@ -110,20 +131,7 @@ def test_autotuner_offers_gemm_x_at_small_m(monkeypatch):
     """exl3_linear at m = 1 times ",it" plans (not with CUDA_EXL3_FUSED_IT=0) and its output matches the reference
     whichever plan won."""
     _ready()
-    from exl3_kernels.linear import Exl3Layer, exl3_linear
-
-    cb, name = _cb()
-    monkeypatch.delenv("CUDA_EXL3_DETERMINISTIC", raising=False)
-    trellis, suh, svh, bias = random_layer(4096, [1024], [8], seed=6, bias=True)
-    layer = Exl3Layer(trellis, suh, svh, name, bias)
-    x = torch.randn(1, 4096, device="cuda", dtype=torch.float16)
-    for flag, expect in (("1", True), ("0", False)):
-        monkeypatch.setenv("CUDA_EXL3_FUSED_IT", flag)
-        autotune.clear()
-        y = exl3_linear(x, layer)
-        timed = [c for t in autotune.cached_timings().values() for c in t["first"]]
-        assert any(c.endswith(",it)") for c in timed) == expect, timed
-        assert rel_err(y, reference_forward(x, trellis, suh, svh, bias, name)) < TOL[torch.float16]
+    _assert_autotuner_times(",it)", _cb()[1], 6, monkeypatch)
 
 
 @pytest.mark.parametrize("k,split", [(640, 4), (4096, 6), (1024, 8)])
@@ -214,29 +222,10 @@ def test_gemm_x_swap_graph_replay_and_autotuner(monkeypatch):
     """A captured graph of the fused BM 8 form replayed on new activations equals eager bit for bit; exl3_linear at
     m = 1 times ",lohi,it)" plans (not with CUDA_EXL3_FUSED_IT=0) and matches the reference whichever plan won."""
     _swap_ready(1)
-    from exl3_kernels.linear import Exl3Layer, exl3_linear
-
     trellis, suh, svh, bias = random_layer(1024, [512], [8], seed=7, bias=True)
     xs = torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16)
-    fn = lambda: _ops.gemm_x(xs, trellis, suh, svh, bias, 1, 1, xs, torch.bfloat16, lohi=True)  # noqa: E731
-    g, out = capture_graph(fn)
-    for seed in range(3):
-        xs.copy_(torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16,
-                             generator=torch.Generator("cuda").manual_seed(seed)))
-        g.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, fn())
-    monkeypatch.delenv("CUDA_EXL3_DETERMINISTIC", raising=False)
-    trellis, suh, svh, bias = random_layer(4096, [1024], [8], seed=8, bias=True)
-    layer = Exl3Layer(trellis, suh, svh, "mcg", bias)
-    x = torch.randn(1, 4096, device="cuda", dtype=torch.float16)
-    for flag, expect in (("1", True), ("0", False)):
-        monkeypatch.setenv("CUDA_EXL3_FUSED_IT", flag)
-        autotune.clear()
-        y = exl3_linear(x, layer)
-        timed = [c for t in autotune.cached_timings().values() for c in t["first"]]
-        assert any(c.endswith(",lohi,it)") for c in timed) == expect, timed
-        assert rel_err(y, reference_forward(x, trellis, suh, svh, bias, "mcg")) < TOL[torch.float16]
+    _assert_replay_equals_eager(lambda: _ops.gemm_x(xs, trellis, suh, svh, bias, 1, 1, xs, torch.bfloat16, lohi=True), xs)
+    _assert_autotuner_times(",lohi,it)", "mcg", 8, monkeypatch)
 
 
 def test_gemm_x_swap_refused_without_instance_or_for_mul1():
