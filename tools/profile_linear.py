@@ -47,6 +47,9 @@ def main():
                          "Hopper GEMM at --bm); breakdown mode with wgmma: only the input transform and the wgmma rows")
     ap.add_argument("--stream-k", type=int, default=0, help="ncu mode, --path wgmma: stream-k over this many blocks")
     ap.add_argument("--lohi", action="store_true", help="ncu mode, --path gemm: the lohi variant (x in the lohi layout)")
+    ap.add_argument("--fused", action="store_true",
+                    help="ncu mode, --path gemm: the GEMM with the input transform inside (gemm_x: BM16, or BM 8 with "
+                         "--lohi) and, at split > 1, the tile counters (one kernel, as the op's ',it' plans)")
     a = ap.parse_args()
     cbname = ["3inst", "mcg", "mul1"][a.cb]
     Ls = layers(a.k, a.n, a.K, cbname, copies_for(int(a.k * a.n * a.K / 8)) if a.mode == "breakdown" else 1)
@@ -63,6 +66,10 @@ def main():
                     _ops.gemm_wgmma(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, a.split, acc, x.dtype)
                 elif a.path == "wgmma_rs":
                     _ops.gemm_wgmma_rs(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, a.bm, a.split, acc, x.dtype)
+                elif a.fused:
+                    flags = workspace.splitk_flags(x.device) if a.split > 1 else None
+                    _ops.gemm_x(x, Ls[0].trellis, Ls[0].suh, Ls[0].svh, None, a.cb, a.split, acc, x.dtype,
+                                tile_flags=flags, lohi=a.lohi)
                 elif a.lohi:
                     _ops.gemm(xh, Ls[0].trellis, Ls[0].svh, None, a.cb, a.bm, a.split, acc, x.dtype, lohi=True)
                 else:

@@ -34,7 +34,7 @@
 // to the input transform's) and stores 8 bytes into the A buffer of the stage holding those columns. The A buffers
 // then hold the whole slice (k16_per_split / 4 stages, 2 KB each at BM16, at most 16 of them: a slice of <= 1024
 // columns, checked by the host) in the layout and swizzle of the cp.async stages, so the k loop's ldmatrix addresses
-// are unchanged; it only advances cur_a linearly instead of rotating and issues no A copies. Rows past m are not
+// are unchanged; it only advances the A offset linearly instead of rotating and issues no A copies. Rows past m are not
 // written: they feed only accumulator rows that are never stored. The redundant work, every 128-column block of the
 // output redoing the transform of its slice, is m x k x (n / 128) values: ~1% of the decode at m = 1, ~20% at m = 16.
 // (Every activation row is one B column in the swapped form too, so the unwritten rows past m stay in their own outputs.)
@@ -71,6 +71,13 @@
 #include "exl3/static_for.cuh"
 #include "exl3/store.cuh"
 #include "exl3/trellis.cuh"
+
+#ifndef EXL3_GEMM_PAIRED_STEPS
+#define EXL3_GEMM_PAIRED_STEPS 1
+#endif
+#ifndef EXL3_GEMM_PAIRED_MAX_BM
+#define EXL3_GEMM_PAIRED_MAX_BM 16
+#endif
 
 namespace exl3 {
 
@@ -196,6 +203,9 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   static_assert(!LOHI || CB != kCbMul1, "lohi needs the 3inst or mcg codebook");
   static_assert(BM != 8 || LOHI, "BM 8 is the swapped-operand form of the lohi variant only");
   constexpr bool kSwap = BM == 8;
+  // Two k steps per loop iteration at BM <= EXL3_GEMM_PAIRED_MAX_BM (16 by default; the k loop below);
+  // EXL3_GEMM_PAIRED_STEPS=0 builds the one-step loop everywhere (A/B builds: NVCC_APPEND_FLAGS=-DEXL3_GEMM_PAIRED_STEPS=0).
+  constexpr bool kPairedSteps = EXL3_GEMM_PAIRED_STEPS && BM <= EXL3_GEMM_PAIRED_MAX_BM;
   constexpr int kTileWords = 4 * K2;
   constexpr int kAK = LOHI ? 2 * kBK : kBK;   // virtual A columns per stage
   constexpr int kAChunksRow = kAK / 8;        // 16-byte chunks per A row of a stage: 8, or 16 with LOHI
@@ -346,31 +356,30 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   const uint32_t w_addr0 = pin_u32(w_base + lw.off[0]), w_addr1 = pin_u32(w_base + lw.off[1]),
                  w_addr2 = pin_u32(w_base + lw.off[2]);
 
-  // The k loop stays rolled (an unrolled-by-stages version, with the buffer index as an immediate too, made
-  // the library 2.4x larger for ~12 fewer instructions per stage). Buffer offsets rotate in registers; the
-  // k16 step and the m16 block are immediates.
-  uint32_t cur_a = 0, cur_b = 0;                                      // buffer computed this step
-  uint32_t nxt_a = (kStages - 1) * kAStage, nxt_b = (kStages - 1) * kBStage;  // buffer refilled this step
-  for (int it = 0; it < num_stages; ++it) {
+  // One k step (stage `it`): wait for its copies, refill the buffers at byte offsets (ra, rb) if a stage is left to
+  // fetch, then decode and multiply the stage whose buffers sit at (ba, bb) + H stages. H is a compile-time 0 or 1: the
+  // offset of the second step of a pair (below) then goes into the shared loads' immediate fields.
+  constexpr bool kW2 = TrellisBits<K2>::kUsesWord2;  // the third window word is not needed at K = 4: no shared load
+  auto k_step = [&](auto h_c, int it, uint32_t ba, uint32_t bb, uint32_t ra, uint32_t rb) __attribute__((always_inline)) {
+    constexpr int H = decltype(h_c)::value;
+    constexpr int kHA = H * kAStage, kHB = H * kBStage;
     cp_async_wait<kStages - 2>();
     __syncthreads();
     if (it + kStages - 1 < num_stages) {
-      if (!fused) load_a(nxt_a);
-      load_b(nxt_b);
+      if (!fused) load_a(ra);
+      load_b(rb);
     }
     cp_async_commit();
-    const uint32_t wa0 = w_addr0 + cur_b, wa1 = w_addr1 + cur_b, wa2 = w_addr2 + cur_b;
-    // The third window word is not needed at K = 4 (TrellisBits::kUsesWord2): skip its shared load.
-    constexpr bool kW2 = TrellisBits<K2>::kUsesWord2;
+    const uint32_t wa0 = w_addr0 + bb, wa1 = w_addr1 + bb, wa2 = w_addr2 + bb;
     static_for<kBK / 16>([&](auto kk_c) {
       constexpr int kk = decltype(kk_c)::value;
-      constexpr int kWOff = kk * 8 * kTileWords * 4;
+      constexpr int kWOff = kk * 8 * kTileWords * 4 + kHB;
       if constexpr (kSwap) {
         uint32_t w[8];
         decode_window_lohi<CB, K2>(lds_u32_at<kWOff>(wa0), lds_u32_at<kWOff>(wa1),
                                    kW2 ? lds_u32_at<kWOff>(wa2) : 0u, lw.r, w, dk);
         uint32_t b[4];
-        ldmatrix_x4_at<(kk >> 1) * 128>(b, a_ld[kk & 1] + cur_a);
+        ldmatrix_x4_at<(kk >> 1) * 128 + kHA>(b, a_ld[kk & 1] + ba);
         const uint32_t a1[4] = {w[0], w[4], w[1], w[5]}, a2[4] = {w[2], w[6], w[3], w[7]};
         // even and odd tiles accumulate separately (summed before the staging): chains of 4 dependent MMAs per
         // stage, as the plain loop's two n8 halves
@@ -380,13 +389,13 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
         uint32_t w[8];
         decode_window_lohi<CB, K2>(lds_u32_at<kWOff>(wa0), lds_u32_at<kWOff>(wa1),
                                    kW2 ? lds_u32_at<kWOff>(wa2) : 0u, lw.r, w, dk);
-        const uint32_t la1 = a_ld[2 * kk] + cur_a, la2 = a_ld[2 * kk + 1] + cur_a;
+        const uint32_t la1 = a_ld[2 * kk] + ba, la2 = a_ld[2 * kk + 1] + ba;
         static_for<kMB>([&](auto mb_c) {
           constexpr int mb = decltype(mb_c)::value;
           if (kMB == 1 || mb < valid_mb) {
             uint32_t a1[4], a2[4];
-            ldmatrix_x4_at<mb * 16 * kAK * 2>(a1, la1);
-            ldmatrix_x4_at<mb * 16 * kAK * 2>(a2, la2);
+            ldmatrix_x4_at<mb * 16 * kAK * 2 + kHA>(a1, la1);
+            ldmatrix_x4_at<mb * 16 * kAK * 2 + kHA>(a2, la2);
             mma_16816(acc[mb][0], a1, w[0], w[2]);
             mma_16816(acc[mb][0], a2, w[1], w[3]);
             mma_16816(acc[mb][1], a1, w[4], w[6]);
@@ -397,22 +406,52 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
         uint32_t frag[4];
         decode_window_fragments<CB, K2>(lds_u32_at<kWOff>(wa0), lds_u32_at<kWOff>(wa1),
                                         kW2 ? lds_u32_at<kWOff>(wa2) : 0u, lw.r, frag, dk);
-        const uint32_t la = a_ld[kk] + cur_a;
+        const uint32_t la = a_ld[kk] + ba;
         static_for<kMB>([&](auto mb_c) {
           constexpr int mb = decltype(mb_c)::value;
           if (kMB == 1 || mb < valid_mb) {
             uint32_t a[4];
-            ldmatrix_x4_at<mb * 16 * kBK * 2>(a, la);
+            ldmatrix_x4_at<mb * 16 * kBK * 2 + kHA>(a, la);
             mma_16816(acc[mb][0], a, frag[0], frag[1]);
             mma_16816(acc[mb][1], a, frag[2], frag[3]);
           }
         });
       }
     });
-    cur_a = (!fused && cur_a == (kStages - 1) * kAStage) ? 0u : cur_a + kAStage;  // fused: the slice's next stage
-    cur_b = cur_b == (kStages - 1) * kBStage ? 0u : cur_b + kBStage;
-    nxt_a = nxt_a == (kStages - 1) * kAStage ? 0u : nxt_a + kAStage;
-    nxt_b = nxt_b == (kStages - 1) * kBStage ? 0u : nxt_b + kBStage;
+  };
+
+  if constexpr (kPairedSteps) {
+    // Two k steps per iteration (BM <= EXL3_GEMM_PAIRED_MAX_BM). In the one-step loop of the fused BM 8 kernel (K = 4
+    // mcg, sm_90 SASS) a stage is 161 instructions, ~30 of them the loop's own: the rotation of four buffer offsets by
+    // add, compare and select, the counter, the branch; paired, 149 per stage. With kStages = 4 the pair's first stage
+    // sits in buffer 0 or 2 (base), its second in base + 1; the first step refills buffer (base ^ 2) + 1 (= (it + 3) % 4), the second refills base
+    // (= (it + 4) % 4, computed by the first step; the second step's barrier orders the refill after every warp's
+    // reads of it). So a pair toggles base once (an XOR) and the second step's offsets are immediates. fused: the A
+    // buffers are not a ring but the whole slice, so base_a advances by two stages and is never refilled.
+    static_assert(kStages == 4, "the paired steps assume a ring of 4 stage buffers");
+    uint32_t base_a = 0, base_b = 0;
+    for (int it = 0; it < num_stages; it += 2) {
+      const uint32_t tog_a = fused ? 0u : base_a ^ (2u * kAStage), tog_b = base_b ^ (2u * kBStage);
+      k_step(std::integral_constant<int, 0>{}, it, base_a, base_b, tog_a + kAStage, tog_b + kBStage);
+      if (it + 1 < num_stages)
+        k_step(std::integral_constant<int, 1>{}, it + 1, base_a, base_b, base_a, base_b);
+      base_a = fused ? base_a + 2u * kAStage : tog_a;
+      base_b = tog_b;
+    }
+  } else {
+    // One k step per iteration (BM above EXL3_GEMM_PAIRED_MAX_BM: the loop's overhead is a smaller share of a larger
+    // body, and the pairs double the loop code of the larger kernels). An unrolled-by-stages version, with the buffer index as an
+    // immediate too, made the library 2.4x larger for ~12 fewer instructions per stage. Buffer offsets rotate in
+    // registers; the k16 step and the m16 block are immediates.
+    uint32_t cur_a = 0, cur_b = 0;                                      // buffer computed this step
+    uint32_t nxt_a = (kStages - 1) * kAStage, nxt_b = (kStages - 1) * kBStage;  // buffer refilled this step
+    for (int it = 0; it < num_stages; ++it) {
+      k_step(std::integral_constant<int, 0>{}, it, cur_a, cur_b, nxt_a, nxt_b);
+      cur_a = (!fused && cur_a == (kStages - 1) * kAStage) ? 0u : cur_a + kAStage;  // fused: the slice's next stage
+      cur_b = cur_b == (kStages - 1) * kBStage ? 0u : cur_b + kBStage;
+      nxt_a = nxt_a == (kStages - 1) * kAStage ? 0u : nxt_a + kAStage;
+      nxt_b = nxt_b == (kStages - 1) * kBStage ? 0u : nxt_b + kBStage;
+    }
   }
   cp_async_wait<0>();
   __syncthreads();
