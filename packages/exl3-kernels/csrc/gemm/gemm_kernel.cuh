@@ -78,6 +78,9 @@
 #ifndef EXL3_GEMM_PAIRED_MAX_BM
 #define EXL3_GEMM_PAIRED_MAX_BM 16
 #endif
+#ifndef EXL3_GEMM_WARP_RING
+#define EXL3_GEMM_WARP_RING 1
+#endif
 
 namespace exl3 {
 
@@ -206,6 +209,11 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   // Two k steps per loop iteration at BM <= EXL3_GEMM_PAIRED_MAX_BM (16 by default; the k loop below);
   // EXL3_GEMM_PAIRED_STEPS=0 builds the one-step loop everywhere (A/B builds: NVCC_APPEND_FLAGS=-DEXL3_GEMM_PAIRED_STEPS=0).
   constexpr bool kPairedSteps = EXL3_GEMM_PAIRED_STEPS && BM <= EXL3_GEMM_PAIRED_MAX_BM;
+  // The input transform inside (FUSED): A is the whole slice, written once before the k loop, so only the trellis needs
+  // a ring, and with each warp copying the trellis tiles it decodes (load_b below) the k loop needs no block barrier:
+  // the warps run decoupled (the barrier was 8-16% of the warp-state samples of the fused BM 8 kernel at m = 1, ncu,
+  // docs/kernels.md "What bounds m = 1"). EXL3_GEMM_WARP_RING=0 builds the block-wide copies and barriers.
+  constexpr bool kWarpRing = EXL3_GEMM_WARP_RING && FUSED;
   constexpr int kTileWords = 4 * K2;
   constexpr int kAK = LOHI ? 2 * kBK : kBK;   // virtual A columns per stage
   constexpr int kAChunksRow = kAK / 8;        // 16-byte chunks per A row of a stage: 8, or 16 with LOHI
@@ -272,6 +280,20 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
     b_src_off[j] = (c / kBChunksRow) * tiles_n * kTileWords + (c % kBChunksRow) * 4;
   }
   const int64_t b_stage_step = (int64_t)(kBK / 16) * tiles_n * kTileWords;  // words per stage
+  // kWarpRing: warp w copies only the 4 tiles it decodes, (tile row i, tile column w), i = 0..3, into the same places
+  // of the same stage layout: its 4 K2 chunks q = lane + 32 j (at most 2 per lane, K2 <= 16) are chunk c = 8 K2 i + K2 w +
+  // q % K2 of the stage (i = q / K2), at byte 16 c, from word i tiles_n kTileWords + (K2 w + q % K2) 4 of the stage's
+  // tile rows. A warp's copies are 4 runs of K2 consecutive 16-byte chunks (at K = 4, 4 x 128 bytes: one wavefront
+  // each, the minimum). Then no warp reads a trellis word another warp copied, and a warp waits for its own copies only.
+  constexpr int kBWPer = (4 * K2 + 31) / 32;
+  uint32_t bw_dst[kBWPer];
+  int bw_src_off[kBWPer];
+#pragma unroll
+  for (int j = 0; j < kBWPer; ++j) {
+    const int q = lane + 32 * j, i = q / K2, cc = q % K2;
+    bw_dst[j] = pin_u32(smem_b + 16u * (uint32_t)(8 * K2 * i + K2 * warp + cc));
+    bw_src_off[j] = i * tiles_n * kTileWords + (K2 * warp + cc) * 4;
+  }
 
   // Issue the copies of the next stage into the buffer at byte offsets (a_buf, b_buf) and advance the sources.
   auto load_a = [&](uint32_t a_buf) __attribute__((always_inline)) {
@@ -284,11 +306,18 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
     a_ptr += kAK;
   };
   auto load_b = [&](uint32_t b_buf) __attribute__((always_inline)) {
-    static_for<kBPer>([&](auto j_c) {
-      constexpr int j = decltype(j_c)::value;
-      if (kBChunks % kThreads == 0 || tid + j * kThreads < kBChunks)
-        cp_async16_at<j * kThreads * 16>(b_dst0 + b_buf, b_ptr + b_src_off[j]);
-    });
+    if constexpr (kWarpRing) {
+      static_for<kBWPer>([&](auto j_c) {
+        constexpr int j = decltype(j_c)::value;
+        if ((4 * K2) % 32 == 0 || lane + 32 * j < 4 * K2) cp_async16_at<0>(bw_dst[j] + b_buf, b_ptr + bw_src_off[j]);
+      });
+    } else {
+      static_for<kBPer>([&](auto j_c) {
+        constexpr int j = decltype(j_c)::value;
+        if (kBChunks % kThreads == 0 || tid + j * kThreads < kBChunks)
+          cp_async16_at<j * kThreads * 16>(b_dst0 + b_buf, b_ptr + b_src_off[j]);
+      });
+    }
     b_ptr += b_stage_step;
   };
 
@@ -320,6 +349,8 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) cp_async_commit();
     fused_input_transform<BM, LOHI>(p, fused_su, smem_a, row0, rows_here, k16_begin, fused_nb, warp, lane);
+    // kWarpRing: the k loop has no block barrier, so the A buffers every warp reads are published here, once
+    if constexpr (kWarpRing) __syncthreads();
   } else {
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
@@ -364,7 +395,10 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
     constexpr int H = decltype(h_c)::value;
     constexpr int kHA = H * kAStage, kHB = H * kBStage;
     cp_async_wait<kStages - 2>();
-    __syncthreads();
+    // kWarpRing: this warp's trellis copies of stage it are complete (the wait) and visible to all its lanes, and every
+    // lane is done reading the buffer refilled below (stage it - 1, its own): a warp barrier is enough. Otherwise the
+    // block barrier: the copies of the stage are spread over all threads, and the A ring is refilled too.
+    if constexpr (kWarpRing) __syncwarp(); else __syncthreads();
     if (it + kStages - 1 < num_stages) {
       if (!fused) load_a(ra);
       load_b(rb);
