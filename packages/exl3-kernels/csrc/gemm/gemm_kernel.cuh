@@ -271,7 +271,9 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
     a_off[j] = in ? (int)(j * kARowsPer * a_ld_k) : (int)(-a_row * a_ld_k);
     a_size[j] = in ? 16 : 0;
   }
-  const uint32_t b_dst0 = pin_u32(smem_b + 16u * (uint32_t)tid);
+  // (pin_u32 is an asm volatile mov, never deleted: each scheme's addresses are built only where it is used, so the
+  // kernels without kWarpRing keep their SASS)
+  const uint32_t b_dst0 = kWarpRing ? 0u : pin_u32(smem_b + 16u * (uint32_t)tid);
   const uint32_t* b_ptr = sh.trellis + ((int64_t)k16_begin * tiles_n + tn0) * kTileWords;
   int b_src_off[kBPer];
 #pragma unroll
@@ -288,11 +290,13 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   constexpr int kBWPer = (4 * K2 + 31) / 32;
   uint32_t bw_dst[kBWPer];
   int bw_src_off[kBWPer];
+  if constexpr (kWarpRing) {
 #pragma unroll
-  for (int j = 0; j < kBWPer; ++j) {
-    const int q = lane + 32 * j, i = q / K2, cc = q % K2;
-    bw_dst[j] = pin_u32(smem_b + 16u * (uint32_t)(8 * K2 * i + K2 * warp + cc));
-    bw_src_off[j] = i * tiles_n * kTileWords + (K2 * warp + cc) * 4;
+    for (int j = 0; j < kBWPer; ++j) {
+      const int q = lane + 32 * j, i = q / K2, cc = q % K2;
+      bw_dst[j] = pin_u32(smem_b + 16u * (uint32_t)(8 * K2 * i + K2 * warp + cc));
+      bw_src_off[j] = i * tiles_n * kTileWords + (K2 * warp + cc) * 4;
+    }
   }
 
   // Issue the copies of the next stage into the buffer at byte offsets (a_buf, b_buf) and advance the sources.
@@ -397,7 +401,7 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
     cp_async_wait<kStages - 2>();
     // kWarpRing: this warp's trellis copies of stage it are complete (the wait) and visible to all its lanes, and every
     // lane is done reading the buffer refilled below (stage it - 1, its own): a warp barrier is enough. Otherwise the
-    // block barrier: the copies of the stage are spread over all threads, and the A ring is refilled too.
+    // block barrier: the copies of the stage are spread over all threads (and, unfused, the A ring is refilled too).
     if constexpr (kWarpRing) __syncwarp(); else __syncthreads();
     if (it + kStages - 1 < num_stages) {
       if (!fused) load_a(ra);
@@ -460,7 +464,7 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
     // add, compare and select, the counter, the branch; paired, 149 per stage. With kStages = 4 the pair's first stage
     // sits in buffer 0 or 2 (base), its second in base + 1; the first step refills buffer (base ^ 2) + 1 (= (it + 3) % 4), the second refills base
     // (= (it + 4) % 4, computed by the first step; the second step's barrier orders the refill after every warp's
-    // reads of it). So a pair toggles base once (an XOR) and the second step's offsets are immediates. fused: the A
+    // reads of it; with kWarpRing, after this warp's, the only reader). So a pair toggles base once (an XOR) and the second step's offsets are immediates. fused: the A
     // buffers are not a ring but the whole slice, so base_a advances by two stages and is never refilled.
     static_assert(kStages == 4, "the paired steps assume a ring of 4 stage buffers");
     uint32_t base_a = 0, base_b = 0;
