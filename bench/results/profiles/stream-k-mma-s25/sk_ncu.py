@@ -10,8 +10,8 @@ xh = _ops.input_transform(x, su)
 for mode in sys.argv[1:]:
     for _ in range(3):
         if mode == "split":
-            _ops.gemm(xh, t, sv, None, 1, 16, 16, acc, torch.float16, False, False, tile_flags=flags)
+            torch.ops.exl3_kernels.gemm(xh, t, sv, None, 1, 16, 16, acc, torch.float16, True, False, False, flags)
         else:
-            _ops.gemm(xh, t, sv, None, 1, 16, 1, acc, torch.float16, False, False, tile_flags=flags, stream_k=528)
+            torch.ops.exl3_kernels.gemm(xh, t, sv, None, 1, 16, 1, acc, torch.float16, True, False, False, flags, 528)
     torch.cuda.synchronize()
 print("ok")
