@@ -267,6 +267,7 @@ Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vec
   // split-k through a thread block cluster where asked for and possible (gemm_setup), else the accumulator + epilogue
   Tensor y = gemm_setup(p, "gemm", xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, lohi, cluster);
   set_tile_flags(p, "gemm", tile_flags, bm, xh.device(), p.acc != nullptr);
+  p.a_whole = 1;  // BM 8 lohi / BM16: A copied whole before the k loop where the slice fits (gemm_kernel.cuh)
   c10::cuda::CUDAGuard guard(xh.device());
   if (p.m > 0)
     check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), static_cast<int>(bm), lohi,

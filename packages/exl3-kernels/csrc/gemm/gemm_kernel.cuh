@@ -38,6 +38,12 @@
 // written: they feed only accumulator rows that are never stored. The redundant work, every 128-column block of the
 // output redoing the transform of its slice, is m x k x (n / 128) values: ~1% of the decode at m = 1, ~20% at m = 16.
 // (Every activation row is one B column in the swapped form too, so the unwritten rows past m stay in their own outputs.)
+// A copied whole (p.a_whole: BM 8 lohi and BM16, plain or lohi, without the input transform inside; EXL3_GEMM_A_WHOLE).
+// A kernel form of its own (FORM kFormACopy) serves plans whose xh comes from the input-transform kernel with the fused
+// kernels' layout: its A
+// buffers, the whole k slice, are then filled by the ring's cp.async copies (same chunk swizzle, rows >= m zero-filled)
+// before the k loop, so that loop keeps only the warp-private trellis ring and no block barrier, as the fused plans'
+// (launch_gemm_instance picks it where the slice fits: a_whole_fits).
 // Split-k in a cluster (p.cluster, sm_90+, split <= 16). The split blocks of one output tile (same blockIdx.x / y,
 // blockIdx.z = 0 .. split - 1) are launched as one thread block cluster of (1, 1, split), so block z has cluster
 // rank z. Each stages its partial sums in its own shared memory as for split == 1; after a cluster barrier, row r of
@@ -199,10 +205,18 @@ __device__ __forceinline__ void fused_input_transform(const GemmParams& p, uint2
 // 16 virtual columns x[k & ~1] then 16 x[k | 1]) these are the 8-column groups 0, 2 (MMA 1) and 1, 3 (MMA 2) of the
 // tile's 32 virtual columns, one ldmatrix.x4 (non-transposed: lane (g, q) of a matrix gets row g, columns 2q, 2q + 1).
 // Emulated on the CPU in tests/test_kernel_lohi_math.py (test_swapped_bm8_fragments).
-template <int CB, int BM, int K2, bool LOHI = false, bool FUSED = false>
+// The k-slice forms of a kernel (template parameter FORM): the A ring refilled every stage, the input transform inside
+// (A built whole before the k loop), A copied whole before the k loop (p.a_whole). Separate instances, so that each
+// form's code is compiled for it alone (a run-time switch between the last two in one kernel left the fused plans at
+// m = 1 0.3-1.7 us slower per op, docs/kernels.md "A copied whole").
+constexpr int kFormRing = 0, kFormFusedIt = 1, kFormACopy = 2;
+
+template <int CB, int BM, int K2, bool LOHI = false, int FORM = kFormRing>
 __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard& sh, uint8_t* smem) {
+  constexpr bool FUSED = FORM == kFormFusedIt, kACopy = FORM == kFormACopy;
   static_assert(!FUSED || (BM == 16 && !LOHI) || (BM == 8 && LOHI),
                 "the input transform inside the GEMM is built for BM16 without lohi and BM 8 (lohi, swapped)");
+  static_assert(!kACopy || BM == 16 || (BM == 8 && LOHI), "A copied whole is built for BM16 and BM 8 (lohi, swapped)");
   static_assert(!LOHI || CB != kCbMul1, "lohi needs the 3inst or mcg codebook");
   static_assert(BM != 8 || LOHI, "BM 8 is the swapped-operand form of the lohi variant only");
   constexpr bool kSwap = BM == 8;
@@ -213,7 +227,7 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   // a ring, and with each warp copying the trellis tiles it decodes (load_b below) the k loop needs no block barrier:
   // the warps run decoupled (the barrier was 8-16% of the warp-state samples of the fused BM 8 kernel at m = 1, ncu,
   // docs/kernels.md "What bounds m = 1"). EXL3_GEMM_WARP_RING=0 builds the block-wide copies and barriers.
-  constexpr bool kWarpRing = EXL3_GEMM_WARP_RING && FUSED;
+  constexpr bool kWarpRing = EXL3_GEMM_WARP_RING && (FUSED || kACopy);
   constexpr int kTileWords = 4 * K2;
   constexpr int kAK = LOHI ? 2 * kBK : kBK;   // virtual A columns per stage
   constexpr int kAChunksRow = kAK / 8;        // 16-byte chunks per A row of a stage: 8, or 16 with LOHI
@@ -243,7 +257,7 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   // A built in place for the whole slice (top of this file). A template parameter, not p.fused_it read here: the
   // run-time form added a predicate and a select to every k step of the plain BM16 kernel, which then ran 0.5-1.3 us
   // slower per op at m <= 16 on three of five shapes (bench/results/profiles/gemm-x-3e1c8ca/).
-  constexpr bool fused = FUSED;
+  constexpr bool fused = FUSED || kACopy;  // A is the whole slice (built by the block or copied before the loop)
   const uint32_t smem_a = smem_u32(smem);
   const uint32_t smem_b = smem_a + (fused ? (p.k16_per_split / (kBK / 16)) * kAStage : kStages * kAStage);
 
@@ -343,12 +357,22 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   for (int s = 0; s < kStages - 1; ++s)
     if (s < num_stages) load_b(s * kBStage);
   // fused: this warp's suh values (fused_input_transform), a weight, fetched before the wait like the trellis
-  const int fused_nb = fused ? (k16_end - k16_begin) / 8 : 0;
+  const int fused_nb = FUSED ? (k16_end - k16_begin) / 8 : 0;
   uint2 fused_su = make_uint2(0u, 0u);
   if (fused && fused_nb > 0 && warp < ((kThreads / 32) / fused_nb) * fused_nb)
     fused_su = *reinterpret_cast<const uint2*>(sh.suh + k16_begin * 16 + (warp % fused_nb) * 128 + 4 * lane);
   pdl_wait();
-  if (fused) {
+  if constexpr (kACopy) {
+    // A copied whole (see the top of this file): every stage of the slice's xh by the same cp.async copies as the
+    // ring's, into consecutive buffers, all in the first commit group with the prologue's trellis stages; then the
+    // same commit groups as below (so the loop's waits count alike). The first group (the later two are empty) is
+    // waited for here, and the barrier publishes every thread's A copies, which the k loop's warp barriers would not.
+    for (int s = 0; s < num_stages; ++s) load_a(s * kAStage);
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) cp_async_commit();
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+  } else if (fused) {
     // the same commit groups as below (so the loop's waits count alike), A by the block itself
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) cp_async_commit();
@@ -583,7 +607,7 @@ struct GemmOccupancy {
                                     : (BM <= 32 ? EXL3_GEMM_MIN_BLOCKS_BM32 : (BM <= 64 ? EXL3_GEMM_MIN_BLOCKS_BM64 : 2));
 };
 
-template <int CB, int BM, bool LOHI, bool FUSED = false>
+template <int CB, int BM, bool LOHI, int FORM = kFormRing>
 __global__ void __launch_bounds__(kThreads, GemmOccupancy<BM>::kMinBlocks) gemm_kernel(const __grid_constant__ GemmParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int col0 = blockIdx.x * 128;
@@ -594,7 +618,7 @@ __global__ void __launch_bounds__(kThreads, GemmOccupancy<BM>::kMinBlocks) gemm_
   switch (sh.K2) {
 #define EXL3_GEMM_CASE(K2)                                      \
   case K2:                                                      \
-    if constexpr (k2_built<CB, K2>()) gemm_block<CB, BM, K2, LOHI, FUSED>(p, sh, smem); \
+    if constexpr (k2_built<CB, K2>()) gemm_block<CB, BM, K2, LOHI, FORM>(p, sh, smem); \
     break;
     EXL3_GEMM_CASE(2) EXL3_GEMM_CASE(3) EXL3_GEMM_CASE(4) EXL3_GEMM_CASE(5)
     EXL3_GEMM_CASE(6) EXL3_GEMM_CASE(7) EXL3_GEMM_CASE(8) EXL3_GEMM_CASE(10)
@@ -618,8 +642,9 @@ __global__ void __launch_bounds__(256) splitk_epilogue_kernel(const __grid_const
 
 // Launch one kernel of an instance: the plain GEMM, or (FUSED: BM16 without lohi, BM 8 lohi) the one with the input
 // transform.
-template <int CB, int BM, bool LOHI, bool FUSED>
+template <int CB, int BM, bool LOHI, int FORM>
 cudaError_t launch_gemm_kernel(const GemmParams& p, cudaStream_t stream) {
+  constexpr bool FUSED = FORM != kFormRing;  // A is the whole slice: its shared memory follows the slice
   int max_K2 = 0;
   for (int i = 0; i < p.num_shards; ++i) max_K2 = p.shard[i].K2 > max_K2 ? p.shard[i].K2 : max_K2;
   const int smem = FUSED ? fused_smem_bytes_for(BM, max_K2, p.k16_per_split, LOHI) : gemm_smem_bytes_for(BM, max_K2, LOHI);
@@ -629,13 +654,13 @@ cudaError_t launch_gemm_kernel(const GemmParams& p, cudaStream_t stream) {
   int dev = 0;
   cudaGetDevice(&dev);
   if (dev >= 32 || !((attr_set_mask >> dev) & 1u)) {
-    cudaError_t e = cudaFuncSetAttribute(gemm_kernel<CB, BM, LOHI, FUSED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaError_t e = cudaFuncSetAttribute(gemm_kernel<CB, BM, LOHI, FORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          FUSED ? fused_smem_max(BM, LOHI) : gemm_smem_bytes_for(BM, 16, LOHI));
     if (e != cudaSuccess) return e;
     if (dev < 32) attr_set_mask |= 1u << dev;
   }
   dim3 grid(p.n_total / 128, (p.m + BM - 1) / BM, p.split);
-  static const bool image_pdl = kernel_has_pdl(gemm_kernel<CB, BM, LOHI, FUSED>);  // thread-safe static init
+  static const bool image_pdl = kernel_has_pdl(gemm_kernel<CB, BM, LOHI, FORM>);  // thread-safe static init
   if (p.cluster) {
     // the cluster epilogue exists only in sm_90+ code: an image of older PTX (JIT-compiled here) has it compiled out
     // and would trap (cluster size 1), so refuse before launching
@@ -643,26 +668,52 @@ cudaError_t launch_gemm_kernel(const GemmParams& p, cudaStream_t stream) {
     // clusters above 8 blocks need the non-portable opt-in (sm_90 allows 16); set once per device, as above
     static unsigned cluster_attr_mask = 0;
     if (p.split > 8 && (dev >= 32 || !((cluster_attr_mask >> dev) & 1u))) {
-      cudaError_t e = cudaFuncSetAttribute(gemm_kernel<CB, BM, LOHI, FUSED>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      cudaError_t e = cudaFuncSetAttribute(gemm_kernel<CB, BM, LOHI, FORM>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
       if (e != cudaSuccess) return e;
       if (dev < 32) cluster_attr_mask |= 1u << dev;
     }
-    return launch_maybe_pdl_cluster(gemm_kernel<CB, BM, LOHI, FUSED>, grid, dim3(kThreads), smem, stream,
+    return launch_maybe_pdl_cluster(gemm_kernel<CB, BM, LOHI, FORM>, grid, dim3(kThreads), smem, stream,
                                     p.pdl != 0 && image_pdl, p.split, p);
   }
-  return launch_maybe_pdl(gemm_kernel<CB, BM, LOHI, FUSED>, grid, dim3(kThreads), smem, stream,
+  return launch_maybe_pdl(gemm_kernel<CB, BM, LOHI, FORM>, grid, dim3(kThreads), smem, stream,
                           p.pdl != 0 && image_pdl, p);
+}
+
+// Whether an unfused plan runs the kernel form with A copied whole (p.a_whole; see the top of this file): its slice
+// fits the A buffers (kFusedMaxK16 tile rows, whole stages) and has at least kAWholeMinK16 tile rows (8 stages: at 4,
+// split 16 of k = 4096, the copy of the whole slice before the first stage made the plans 0.3-0.7 us slower, at 8 and
+// 16 stages they were 0-0.6 us faster; 4096x11008 per-plan breakdown, docs/kernels.md "A copied whole"), and the
+// block's shared memory stays within kAWholeMaxSmem, so that 4 blocks per SM (the BM <= 16 occupancy, GemmOccupancy)
+// still fit in sm_90's 228 KB.
+#ifndef EXL3_GEMM_A_WHOLE
+#define EXL3_GEMM_A_WHOLE 1
+#endif
+constexpr int kAWholeMaxSmem = 56 * 1024;
+constexpr int kAWholeMinK16 = 32;
+template <int BM, bool LOHI>
+bool a_whole_fits(const GemmParams& p) {
+  if (!EXL3_GEMM_A_WHOLE || !p.a_whole || p.k16_per_split > kFusedMaxK16 || p.k16_per_split < kAWholeMinK16 ||
+      p.k16_per_split % (kBK / 16) != 0)
+    return false;
+  int max_K2 = 0;
+  for (int i = 0; i < p.num_shards; ++i) max_K2 = p.shard[i].K2 > max_K2 ? p.shard[i].K2 : max_K2;
+  return fused_smem_bytes_for(BM, max_K2, p.k16_per_split, LOHI) <= kAWholeMaxSmem;
 }
 
 template <int CB, int BM, bool LOHI>
 cudaError_t launch_gemm_instance(const GemmParams& p, cudaStream_t stream) {
-  if constexpr ((BM == 16 && !LOHI) || (BM == 8 && LOHI)) {
-    if (p.fused_it) return launch_gemm_kernel<CB, BM, LOHI, true>(p, stream);
-  } else {
-    // only BM16 without lohi and BM 8 with it have the fused kernel (ops.cpp asks for no other)
-    if (p.fused_it) return cudaErrorInvalidValue;
+  // the input transform inside: BM16 without lohi and BM 8 with it (ops.cpp asks for no other); A copied whole: also
+  // BM16 with lohi (the fused kernel of that instance exists for it only)
+  constexpr bool kHasFusedIt = (BM == 16 && !LOHI) || (BM == 8 && LOHI);
+  constexpr bool kHasAWhole = BM == 16 || (BM == 8 && LOHI);
+  if (p.fused_it) {
+    if constexpr (kHasFusedIt) return launch_gemm_kernel<CB, BM, LOHI, kFormFusedIt>(p, stream);
+    return cudaErrorInvalidValue;
   }
-  return launch_gemm_kernel<CB, BM, LOHI, false>(p, stream);
+  if constexpr (kHasAWhole) {
+    if (a_whole_fits<BM, LOHI>(p)) return launch_gemm_kernel<CB, BM, LOHI, kFormACopy>(p, stream);
+  }
+  return launch_gemm_kernel<CB, BM, LOHI, kFormRing>(p, stream);
 }
 
 }  // namespace exl3

@@ -139,6 +139,34 @@ def test_lohi_gemm_every_k(k2):
                     _acc_is_zero()
 
 
+@pytest.mark.parametrize("k2", [4, 8, 16])
+def test_a_copied_whole_and_the_ring(k2):
+    """The BM 8 lohi and BM16 (plain and lohi) GEMMs run as the fused kernel with A copied whole before the k loop where
+    the k slice fits (512-1024 columns and <= 56 KB of shared memory; gemm_kernel.cuh "A copied whole", a_whole_fits),
+    and with the A ring elsewhere: k = 2048 at split 1 (one 2048-column slice: the ring), 2 (1024 columns: whole at
+    K2 <= 8 for BM 8 lohi and BM16 plain, the ring at K2 = 16 and for BM16 lohi, whose A stages are twice as large) and 4
+    (512: whole but for BM16 lohi at K2 = 16), two shards of different K (the larger sets the shared memory), rows
+    that leave a block partly empty; each against the reference, the accumulator zero after every call."""
+    cbs = [c for c in (1, 0) if compiled(c, k2) and any(cc == c for cc, _ in _ops.built_instances(lohi=True))]
+    if not cbs:
+        pytest.skip("no lohi instance for this K in this build")
+    cb = cbs[0]
+    name = {0: "3inst", 1: "mcg"}[cb]
+    k2s = [k2, 8 if k2 != 8 else 4] if compiled(cb, 8) and compiled(cb, 4) else [k2, k2]  # the largest K2 sets the smem
+    trellis, suh, svh, bias = random_layer(2048, [256, 128], k2s, seed=k2 + 300, bias=True)
+    for m in (1, 5, 13):
+        x = torch.randn(m, 2048, device="cuda", dtype=torch.float16)
+        ref = reference_forward(x, trellis, suh, svh, bias, name)
+        xh = _ops.input_transform(x, suh)
+        xl = _ops.input_transform(x, suh, lohi=True)
+        for split in (1, 2, 4):
+            acc = workspace.splitk_acc(x.device) if split > 1 else xh
+            for bm, lohi, a in ((16, False, xh), (16, True, xl), (8, True, xl)):
+                y = _ops.gemm(a, trellis, svh, bias, cb, bm, split, acc, torch.float16, lohi=lohi)
+                assert rel_err(y, ref) < TOL[torch.float16], (k2, m, bm, split, rel_err(y, ref))
+                _acc_is_zero()
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_lohi_layer_multishard_and_autotune(dtype, monkeypatch):
     """Through the layer op with CUDA_EXL3_LOHI=1 pinned: a fused layer with mixed K and a bias; then unpinned at

@@ -48,6 +48,8 @@ struct GemmParams {
   int fused_it;       // 1 (mma.sync GEMM, no lohi): the input transform runs inside the GEMM: each block builds
                       // had128(x * suh) of its rows and k slice straight into shared memory (gemm_kernel.cuh,
                       // "Input transform inside the GEMM"); shard[].xh unused, k16_per_split % 8 == 0
+  int a_whole;        // 1 (no fused_it): the BM 8 lohi / BM16 GEMMs may run as the fused kernel with A copied whole
+                      // before the k loop where its slice fits (gemm_kernel.cuh, "A copied whole"; a_whole_fits)
   const void* x;      // fused_it: [m, k] fp16 or bf16 activations, unit column stride, row stride x_stride elements
   int64_t x_stride;
   int x_bf16;
