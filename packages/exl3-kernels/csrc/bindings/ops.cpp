@@ -166,6 +166,13 @@ Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::opt
 // not checked (the lm_head, n = 128256, at m = 256 needs 32.8 M fp32 outputs, twice the default workspace).
 // `xh` is [S, m, k] fp16 (or [S, m, 2k] with lohi); with `x_raw` (fused input transform) it is x itself, [m, k] fp16 or
 // bf16, and `suh` gives the shards' input scales.
+// Tile rows (16 k each) per split-k slice: k16 / split rounded up to whole pipeline stages (64 rows), or with the input
+// transform inside (`fused_it`) to whole 128-column blocks.
+int64_t k16_per_split(int64_t k16, int64_t split, bool fused_it) {
+  const int64_t per = (k16 + split - 1) / split;
+  return fused_it ? (per + 7) / 8 * 8 : (per + 3) / 4 * 4;
+}
+
 Tensor gemm_setup(exl3::GemmParams& p, const char* op, const Tensor& xh, const std::vector<Tensor>& trellis,
                   const std::vector<Tensor>& svh, const std::optional<Tensor>& bias, int64_t codebook, int64_t bm,
                   int64_t split, const Tensor& acc, at::ScalarType out_dtype, bool pdl, bool lohi, bool cluster,
@@ -215,8 +222,7 @@ Tensor gemm_setup(exl3::GemmParams& p, const char* op, const Tensor& xh, const s
   p.bias = bias_ptr(bias, n_total, xh.device(), op);
   const int64_t k16 = k / 16;
   TORCH_CHECK(split >= 1 && split <= k16 / 4, "exl3_kernels.", op, ": split = ", split, " must be in 1..", k16 / 4, " for k = ", k);
-  int64_t per = (k16 + split - 1) / split;
-  per = x_raw ? (per + 7) / 8 * 8 : (per + 3) / 4 * 4;  // whole pipeline stages (64 rows); fused: whole 128-blocks
+  const int64_t per = k16_per_split(k16, split, x_raw);
   TORCH_CHECK(!x_raw || per <= exl3::kFusedMaxK16, "exl3_kernels.", op, ": the input transform inside the GEMM needs k slices of at most ",
               16 * exl3::kFusedMaxK16, " columns (its shared memory), got ", 16 * per, " (k = ", k, ", split = ", split, ")");
   p.split = static_cast<int>(split);
@@ -259,7 +265,8 @@ void set_tile_flags(exl3::GemmParams& p, const char* op, const std::optional<Ten
 
 Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh,
             const std::optional<Tensor>& bias, int64_t codebook, int64_t bm, int64_t split, const Tensor& acc,
-            at::ScalarType out_dtype, bool pdl, bool lohi, bool cluster, const std::optional<Tensor>& tile_flags) {
+            at::ScalarType out_dtype, bool pdl, bool lohi, bool cluster, const std::optional<Tensor>& tile_flags,
+            bool a_whole) {
   TORCH_CHECK(exl3::gemm_instance_built(static_cast<int>(codebook), static_cast<int>(bm), lohi),
               "exl3_kernels.gemm: no kernel instance for codebook ", codebook, ", BM ", bm, lohi ? " and lohi" : "",
               " in this build (see built_instances())");
@@ -267,7 +274,7 @@ Tensor gemm(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vec
   // split-k through a thread block cluster where asked for and possible (gemm_setup), else the accumulator + epilogue
   Tensor y = gemm_setup(p, "gemm", xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, lohi, cluster);
   set_tile_flags(p, "gemm", tile_flags, bm, xh.device(), p.acc != nullptr);
-  p.a_whole = 1;  // BM 8 lohi / BM16: A copied whole before the k loop where the slice fits (gemm_kernel.cuh)
+  p.a_whole = a_whole ? 1 : 0;  // BM 8 lohi / BM16: A copied whole before the k loop where the slice fits (gemm_kernel.cuh)
   c10::cuda::CUDAGuard guard(xh.device());
   if (p.m > 0)
     check_cuda(exl3::launch_gemm(p, static_cast<int>(codebook), static_cast<int>(bm), lohi,
@@ -579,6 +586,22 @@ std::vector<int64_t> wgmma_codebooks() {
   return r;
 }
 
+// Whether `gemm` at (bm, lohi) for k, split and the shards' largest K2 runs the form with A copied whole on the current
+// device (gemm_kernel.cuh, a_whole_fits): for tests and profiles, which cannot see the form in the op's output.
+bool gemm_a_whole(int64_t bm, bool lohi, int64_t k, int64_t split, int64_t max_k2) {
+  TORCH_CHECK(k > 0 && k % 64 == 0 && split >= 1 && split <= k / 64 && max_k2 >= 2 && max_k2 <= 16,
+              "exl3_kernels.gemm_a_whole: needs k a positive multiple of 64, split in 1..k / 64 and K2 in 2..16, got k = ",
+              k, ", split = ", split, ", K2 = ", max_k2);
+  exl3::GemmParams p{};
+  p.k = static_cast<int>(k);
+  p.split = static_cast<int>(split);
+  p.k16_per_split = static_cast<int>(k16_per_split(k / 16, split, false));
+  p.num_shards = 1;
+  p.shard[0].K2 = static_cast<int>(max_k2);
+  p.a_whole = 1;
+  return exl3::gemm_a_whole_fits(p, static_cast<int>(bm), lohi);
+}
+
 // GEMM instances as lohi * 100000 + codebook * 1000 + BM (the plain instances keep their old codes).
 std::vector<int64_t> built_instances() {
   std::vector<int64_t> r;
@@ -606,7 +629,11 @@ TORCH_LIBRARY(exl3_kernels, m) {
   // split block of each tile writes y and re-zeroes acc and its counter, and no epilogue kernel runs
   // (exl3/splitk_finish.cuh). Immutable for the same reason as `acc`: the op leaves it all zero.
   m.def("gemm(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int bm, int split, Tensor acc, "
-        "ScalarType out_dtype, bool pdl=False, bool lohi=False, bool cluster=False, Tensor? tile_flags=None) -> Tensor");
+        "ScalarType out_dtype, bool pdl=False, bool lohi=False, bool cluster=False, Tensor? tile_flags=None, "
+        "bool a_whole=True) -> Tensor");
+  // gemm_a_whole: whether gemm at these (bm, lohi, k, split, largest K2) runs its form with A copied whole before the
+  // k loop on the current CUDA device (gemm_kernel.cuh, "A copied whole"); `a_whole=False` on gemm keeps the A ring.
+  m.def("gemm_a_whole(int bm, bool lohi, int k, int split, int max_k2) -> bool", &gemm_a_whole);
   // gemm with the input transform inside (BM16 without lohi; lohi=True: the BM 8 swapped lohi form): x is the raw
   // [m, k] fp16 or bf16 activation and suh the shards' input scales; each k slice (k / split rounded up to 128
   // columns) must be at most 1024 columns.

@@ -38,12 +38,12 @@
 // written: they feed only accumulator rows that are never stored. The redundant work, every 128-column block of the
 // output redoing the transform of its slice, is m x k x (n / 128) values: ~1% of the decode at m = 1, ~20% at m = 16.
 // (Every activation row is one B column in the swapped form too, so the unwritten rows past m stay in their own outputs.)
-// A copied whole (p.a_whole: BM 8 lohi and BM16, plain or lohi, without the input transform inside; EXL3_GEMM_A_WHOLE).
-// A kernel form of its own (FORM kFormACopy) serves plans whose xh comes from the input-transform kernel with the fused
-// kernels' layout: its A
-// buffers, the whole k slice, are then filled by the ring's cp.async copies (same chunk swizzle, rows >= m zero-filled)
+// A copied whole (p.a_whole: BM 8 lohi and BM16, plain or lohi, without the input transform inside). A kernel form of
+// its own (FORM kFormACopy) serves plans whose xh comes from the input-transform kernel with the fused kernels' layout:
+// its A buffers, the whole k slice, are filled by the ring's cp.async copies (same chunk swizzle, rows >= m zero-filled)
 // before the k loop, so that loop keeps only the warp-private trellis ring and no block barrier, as the fused plans'
-// (launch_gemm_instance picks it where the slice fits: a_whole_fits).
+// (launch_gemm_instance picks it where the slice fits: a_whole_fits; docs/kernels.md "The unfused BM 8 lohi / BM16
+// GEMMs copy A whole").
 // Split-k in a cluster (p.cluster, sm_90+, split <= 16). The split blocks of one output tile (same blockIdx.x / y,
 // blockIdx.z = 0 .. split - 1) are launched as one thread block cluster of (1, 1, split), so block z has cluster
 // rank z. Each stages its partial sums in its own shared memory as for split == 1; after a cluster barrier, row r of
@@ -87,6 +87,10 @@
 #ifndef EXL3_GEMM_WARP_RING
 #define EXL3_GEMM_WARP_RING 1
 #endif
+// EXL3_GEMM_A_WHOLE=0 builds no kFormACopy kernels (A/B builds; a_whole_fits below)
+#ifndef EXL3_GEMM_A_WHOLE
+#define EXL3_GEMM_A_WHOLE 1
+#endif
 
 namespace exl3 {
 
@@ -108,8 +112,9 @@ __host__ __device__ constexpr int gemm_smem_bytes_for(int bm, int K2, bool lohi 
                                                                       : epilogue_smem_bytes(bm);
 }
 
-// fused_it (BM16, and BM 8 with lohi): the A buffers hold the whole slice (k16_per_split / 4 stages), the B pipeline
-// stays kStages deep. A BM 8 lohi stage is as large as a BM16 plain one (8 rows x 128 virtual columns = 2 KB).
+// fused_it (BM16, and BM 8 with lohi) and A copied whole (those and BM16 lohi, 4 KB stages): the A buffers hold the whole
+// slice (k16_per_split / 4 stages), the B pipeline stays kStages deep. A BM 8 lohi stage is as large as a BM16 plain one
+// (8 rows x 128 virtual columns = 2 KB).
 __host__ __device__ constexpr int fused_smem_bytes_for(int bm, int K2, int k16_per_split, bool lohi = false) {
   return (k16_per_split / (kBK / 16)) * a_stage_bytes(bm, lohi) + kStages * b_stage_bytes(K2) > epilogue_smem_bytes(bm)
              ? (k16_per_split / (kBK / 16)) * a_stage_bytes(bm, lohi) + kStages * b_stage_bytes(K2)
@@ -223,8 +228,9 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   // Two k steps per loop iteration at BM <= EXL3_GEMM_PAIRED_MAX_BM (16 by default; the k loop below);
   // EXL3_GEMM_PAIRED_STEPS=0 builds the one-step loop everywhere (A/B builds: NVCC_APPEND_FLAGS=-DEXL3_GEMM_PAIRED_STEPS=0).
   constexpr bool kPairedSteps = EXL3_GEMM_PAIRED_STEPS && BM <= EXL3_GEMM_PAIRED_MAX_BM;
-  // The input transform inside (FUSED): A is the whole slice, written once before the k loop, so only the trellis needs
-  // a ring, and with each warp copying the trellis tiles it decodes (load_b below) the k loop needs no block barrier:
+  // The input transform inside (FUSED) or A copied whole (kACopy): A is the whole slice, written once before the k loop,
+  // so only the trellis needs a ring, and with each warp copying the trellis tiles it decodes (load_b below) the k loop
+  // needs no block barrier:
   // the warps run decoupled (the barrier was 8-16% of the warp-state samples of the fused BM 8 kernel at m = 1, ncu,
   // docs/kernels.md "What bounds m = 1"). EXL3_GEMM_WARP_RING=0 builds the block-wide copies and barriers.
   constexpr bool kWarpRing = EXL3_GEMM_WARP_RING && (FUSED || kACopy);
@@ -254,7 +260,7 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   // addresses every stage: ~34 of its ~83 instructions per tile, SASS of gemm_kernel<mcg, 16>, K = 4).
   constexpr int kAStage = a_stage_bytes(BM, LOHI);
   constexpr int kBStage = b_stage_bytes(K2);
-  // A built in place for the whole slice (top of this file). A template parameter, not p.fused_it read here: the
+  // A built in place or copied for the whole slice (top of this file). A template parameter, not p.fused_it read here: the
   // run-time form added a predicate and a select to every k step of the plain BM16 kernel, which then ran 0.5-1.3 us
   // slower per op at m <= 16 on three of five shapes (bench/results/profiles/gemm-x-3e1c8ca/).
   constexpr bool fused = FUSED || kACopy;  // A is the whole slice (built by the block or copied before the loop)
@@ -351,7 +357,8 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   // Prologue: fill kStages - 1 stages (buffers 0 .. kStages - 2). The trellis stages go first: no earlier kernel
   // writes them, so under programmatic dependent launch (pdl.cuh) they are fetched while the input transform
   // is still producing xh; then wait for it, then the xh stages. The first commit group holds all prologue
-  // trellis stages and xh stage 0, group s > 0 holds xh stage s, so waiting for group s still means stage s is in.
+  // trellis stages and xh stage 0, group s > 0 holds xh stage s, so waiting for group s still means stage s is in (the
+  // ring form; the whole-slice forms put all of A in the first group or build it, their groups 1 and 2 are empty).
   // Contract (ops.cpp, gemm): the kernel launched just before on the stream must not write the trellis.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s)
@@ -359,7 +366,7 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   // fused: this warp's suh values (fused_input_transform), a weight, fetched before the wait like the trellis
   const int fused_nb = FUSED ? (k16_end - k16_begin) / 8 : 0;
   uint2 fused_su = make_uint2(0u, 0u);
-  if (fused && fused_nb > 0 && warp < ((kThreads / 32) / fused_nb) * fused_nb)
+  if (FUSED && fused_nb > 0 && warp < ((kThreads / 32) / fused_nb) * fused_nb)
     fused_su = *reinterpret_cast<const uint2*>(sh.suh + k16_begin * 16 + (warp % fused_nb) * 128 + 4 * lane);
   pdl_wait();
   if constexpr (kACopy) {
@@ -640,14 +647,14 @@ __global__ void __launch_bounds__(kThreads, GemmOccupancy<BM>::kMinBlocks) gemm_
 // Split-k epilogue: one warp per (row, 128-column block): acc -> transform -> y, and acc := 0.
 __global__ void __launch_bounds__(256) splitk_epilogue_kernel(const __grid_constant__ GemmParams p);
 
-// Launch one kernel of an instance: the plain GEMM, or (FUSED: BM16 without lohi, BM 8 lohi) the one with the input
-// transform.
+// Launch one kernel of an instance in one of its forms: the A ring, the input transform inside (BM16 without lohi, BM 8
+// lohi), A copied whole (those and BM16 lohi).
 template <int CB, int BM, bool LOHI, int FORM>
 cudaError_t launch_gemm_kernel(const GemmParams& p, cudaStream_t stream) {
-  constexpr bool FUSED = FORM != kFormRing;  // A is the whole slice: its shared memory follows the slice
+  constexpr bool kASlice = FORM != kFormRing;  // A is the whole slice: its shared memory follows the slice
   int max_K2 = 0;
   for (int i = 0; i < p.num_shards; ++i) max_K2 = p.shard[i].K2 > max_K2 ? p.shard[i].K2 : max_K2;
-  const int smem = FUSED ? fused_smem_bytes_for(BM, max_K2, p.k16_per_split, LOHI) : gemm_smem_bytes_for(BM, max_K2, LOHI);
+  const int smem = kASlice ? fused_smem_bytes_for(BM, max_K2, p.k16_per_split, LOHI) : gemm_smem_bytes_for(BM, max_K2, LOHI);
   // The dynamic shared memory opt-in is a per-device function attribute: set it once per device to the
   // maximum over all K2 (and, fused, all slices) of this kernel.
   static unsigned attr_set_mask = 0;
@@ -655,7 +662,7 @@ cudaError_t launch_gemm_kernel(const GemmParams& p, cudaStream_t stream) {
   cudaGetDevice(&dev);
   if (dev >= 32 || !((attr_set_mask >> dev) & 1u)) {
     cudaError_t e = cudaFuncSetAttribute(gemm_kernel<CB, BM, LOHI, FORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         FUSED ? fused_smem_max(BM, LOHI) : gemm_smem_bytes_for(BM, 16, LOHI));
+                                         kASlice ? fused_smem_max(BM, LOHI) : gemm_smem_bytes_for(BM, 16, LOHI));
     if (e != cudaSuccess) return e;
     if (dev < 32) attr_set_mask |= 1u << dev;
   }
@@ -682,14 +689,22 @@ cudaError_t launch_gemm_kernel(const GemmParams& p, cudaStream_t stream) {
 // Whether an unfused plan runs the kernel form with A copied whole (p.a_whole; see the top of this file): its slice
 // fits the A buffers (kFusedMaxK16 tile rows, whole stages) and has at least kAWholeMinK16 tile rows (8 stages: at 4,
 // split 16 of k = 4096, the copy of the whole slice before the first stage made the plans 0.3-0.7 us slower, at 8 and
-// 16 stages they were 0-0.6 us faster; 4096x11008 per-plan breakdown, docs/kernels.md "A copied whole"), and the
-// block's shared memory stays within kAWholeMaxSmem, so that 4 blocks per SM (the BM <= 16 occupancy, GemmOccupancy)
-// still fit in sm_90's 228 KB.
-#ifndef EXL3_GEMM_A_WHOLE
-#define EXL3_GEMM_A_WHOLE 1
-#endif
-constexpr int kAWholeMaxSmem = 56 * 1024;
+// 16 stages they were 0-0.6 us faster; 4096x11008 per-plan breakdown, docs/kernels.md "The unfused BM 8 lohi / BM16
+// GEMMs copy A whole"), and the block's shared memory stays small enough that 4 blocks per SM (the BM <= 16
+// occupancy, GemmOccupancy) still fit on the device: a_whole_max_smem, the SM's shared memory / 4 - 1 KB (the per-block reservation) = 56 KB on
+// sm_90 (228 KB), 24 KB on sm_120 (100 KB; measured on sm_90 only).
 constexpr int kAWholeMinK16 = 32;
+inline int a_whole_max_smem() {
+  static int cap[32] = {0};  // per device; a benign race writes the same value
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev < 32 && cap[dev] > 0) return cap[dev];
+  int per_sm = 0;
+  if (cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess) return 0;
+  const int c = per_sm / GemmOccupancy<16>::kMinBlocks - 1024;
+  if (dev < 32) cap[dev] = c;
+  return c;
+}
 template <int BM, bool LOHI>
 bool a_whole_fits(const GemmParams& p) {
   if (!EXL3_GEMM_A_WHOLE || !p.a_whole || p.k16_per_split > kFusedMaxK16 || p.k16_per_split < kAWholeMinK16 ||
@@ -697,15 +712,15 @@ bool a_whole_fits(const GemmParams& p) {
     return false;
   int max_K2 = 0;
   for (int i = 0; i < p.num_shards; ++i) max_K2 = p.shard[i].K2 > max_K2 ? p.shard[i].K2 : max_K2;
-  return fused_smem_bytes_for(BM, max_K2, p.k16_per_split, LOHI) <= kAWholeMaxSmem;
+  return fused_smem_bytes_for(BM, max_K2, p.k16_per_split, LOHI) <= a_whole_max_smem();
 }
 
 template <int CB, int BM, bool LOHI>
 cudaError_t launch_gemm_instance(const GemmParams& p, cudaStream_t stream) {
-  // the input transform inside: BM16 without lohi and BM 8 with it (ops.cpp asks for no other); A copied whole: also
-  // BM16 with lohi (the fused kernel of that instance exists for it only)
+  // the input transform inside: BM16 without lohi and BM 8 with it (ops.cpp asks for no other); A copied whole: those
+  // and BM16 with lohi
   constexpr bool kHasFusedIt = (BM == 16 && !LOHI) || (BM == 8 && LOHI);
-  constexpr bool kHasAWhole = BM == 16 || (BM == 8 && LOHI);
+  constexpr bool kHasAWhole = EXL3_GEMM_A_WHOLE && (BM == 16 || (BM == 8 && LOHI));
   if (p.fused_it) {
     if constexpr (kHasFusedIt) return launch_gemm_kernel<CB, BM, LOHI, kFormFusedIt>(p, stream);
     return cudaErrorInvalidValue;

@@ -41,6 +41,13 @@ bool gemm_instance_built(int codebook, int bm, bool lohi) {
 }
 
 
+bool gemm_a_whole_fits(const GemmParams& p, int bm, bool lohi) {
+  if (!EXL3_GEMM_A_WHOLE || p.fused_it) return false;
+  if (bm == 8 && lohi) return a_whole_fits<8, true>(p);
+  if (bm == 16) return lohi ? a_whole_fits<16, true>(p) : a_whole_fits<16, false>(p);
+  return false;
+}
+
 cudaError_t launch_gemm(const GemmParams& p, int codebook, int bm, bool lohi, cudaStream_t stream) {
   cudaError_t e = cudaErrorInvalidValue;
 #define EXL3_DISPATCH(CB, BM, LOHI) \

@@ -101,7 +101,7 @@ def _register_fakes() -> None:
 
     @torch.library.register_fake(lib + "gemm")
     def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl=False, lohi=False, cluster=False,
-          tile_flags=None):
+          tile_flags=None, a_whole=True):
         n_total = sum(t.shape[1] * 16 for t in trellis)
         return xh.new_empty((xh.shape[1], n_total), dtype=out_dtype)
 
@@ -159,7 +159,8 @@ def input_transform(x: torch.Tensor, suh: list[torch.Tensor], out_dtype: torch.d
 
 def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], bias: torch.Tensor | None,
          codebook: int, bm: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype, lohi: bool = False,
-         cluster: bool | None = None, tile_flags: torch.Tensor | None = None) -> torch.Tensor:
+         cluster: bool | None = None, tile_flags: torch.Tensor | None = None,
+         a_whole: bool | None = None) -> torch.Tensor:
     """Trellis GEMM with fused output transform: y = had_n(xh @ Ŵ) * svh + bias.
 
     Args:
@@ -194,12 +195,23 @@ def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor],
     ``cluster`` is in effect (also with CUDA_EXL3_CLUSTER=1 at splits above 16, where the op then falls back to the
     accumulator and its epilogue kernel), and by libraries built before it (:func:`has_tile_flags`, which looks at the
     gemm schema: the three GEMM ops of one library gained the argument together).
+
+    ``a_whole``: None = CUDA_EXL3_A_WHOLE (default 1, read here at every call); False keeps the A ring of the BM 8 lohi
+    / BM16 kernels where they would copy A whole before the k loop (csrc/gemm/gemm_kernel.cuh, "A copied whole"; where
+    that happens: :func:`gemm_a_whole`). Both forms give bit-identical outputs. Libraries built before the option
+    ignore it.
     """
     pdl = env.get_bool("PDL", True)
     if cluster is None:
         cluster = env.get_bool("CLUSTER", False) and _gemm_has_cluster_arg()
     elif cluster and not _gemm_has_cluster_arg():
         raise RuntimeError("exl3_kernels.gemm: cluster=True needs a library with the cluster split-k (this one predates it)")
+    if a_whole is None:
+        a_whole = env.get_bool("A_WHOLE", True)
+    if not a_whole and _gemm_has_a_whole_arg():  # the full argument list (such a library has every earlier argument)
+        flags = tile_flags if tile_flags is not None and split > 1 and not cluster else None
+        return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, lohi,
+                                           bool(cluster and split > 1), flags, False)
     if tile_flags is not None and split > 1 and not cluster and has_tile_flags():
         return torch.ops.exl3_kernels.gemm(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, lohi,
                                            False, tile_flags)
@@ -288,6 +300,28 @@ def _gemm_has_cluster_arg() -> bool:
 
 
 _CLUSTER_ARG: bool | None = None
+_A_WHOLE_ARG: bool | None = None
+
+
+def _gemm_has_a_whole_arg() -> bool:
+    """Whether the loaded library's gemm schema has the ``a_whole`` argument (libraries before f659623's do not)."""
+    global _A_WHOLE_ARG
+    if _A_WHOLE_ARG is None:
+        _A_WHOLE_ARG = any(a.name == "a_whole" for a in torch.ops.exl3_kernels.gemm.default._schema.arguments)
+    return _A_WHOLE_ARG
+
+
+def gemm_a_whole(bm: int, lohi: bool, k: int, split: int, max_k2: int) -> bool:
+    """Whether :func:`gemm` at row tile ``bm`` (with ``lohi``), ``k`` input columns and ``split`` runs, on the current
+    CUDA device, its kernel form that copies A (xh) whole before the k loop (csrc/gemm/gemm_kernel.cuh, "A copied
+    whole", a_whole_fits): BM 8 lohi and BM16 where the k slice is 512-1024 columns and the block's shared memory
+    (set by ``max_k2``, the largest K2 = 2K of the layer's shards) leaves 4 blocks per SM. False for libraries without
+    the form. The op's output cannot show the form (it is bit-identical to the ring's): tests and profiles ask here.
+
+    Raises RuntimeError for k not a multiple of 64, split outside 1..k / 64 or K2 outside 2..16."""
+    if not (available() and hasattr(torch.ops.exl3_kernels, "gemm_a_whole")):
+        return False
+    return bool(torch.ops.exl3_kernels.gemm_a_whole(bm, lohi, k, split, max_k2))
 
 
 def cluster_splitk_available(device: torch.device | str) -> bool:

@@ -139,32 +139,66 @@ def test_lohi_gemm_every_k(k2):
                     _acc_is_zero()
 
 
+# (k, split, largest K2) -> the form each of (BM16 plain, BM16 lohi, BM 8 lohi) runs on an H200 (sm_90, 228 KB of shared
+# memory per SM): True = A copied whole. Slices: k = 2048 split 1 = 2048 columns (too long), 2 = 1024, 4 = 512; k = 4096
+# split 9 = 512 columns with an empty ninth slice. Shared memory (gemm_kernel.cuh): A 2 KB per stage (BM16 plain, BM 8
+# lohi) or 4 KB (BM16 lohi) x stages + 4 trellis stages of 4 KB (K2 = 8) or 8 KB (K2 = 16), at most 56 KB.
+_A_WHOLE_SM90 = {
+    (2048, 1, 8): (False, False, False), (2048, 1, 16): (False, False, False),
+    (2048, 2, 8): (True, False, True), (2048, 2, 16): (False, False, False),  # 48 / 80 / 48 KB; 64 / 96 / 64 KB
+    (2048, 4, 8): (True, True, True), (2048, 4, 16): (True, False, True),     # 32 / 48 / 32 KB; 48 / 64 / 48 KB
+    (4096, 9, 8): (True, True, True), (4096, 9, 16): (True, False, True),
+}
+
+
 @pytest.mark.parametrize("k2", [4, 8, 16])
 def test_a_copied_whole_and_the_ring(k2):
-    """The BM 8 lohi and BM16 (plain and lohi) GEMMs run as the fused kernel with A copied whole before the k loop where
-    the k slice fits (512-1024 columns and <= 56 KB of shared memory; gemm_kernel.cuh "A copied whole", a_whole_fits),
-    and with the A ring elsewhere: k = 2048 at split 1 (one 2048-column slice: the ring), 2 (1024 columns: whole at
-    K2 <= 8 for BM 8 lohi and BM16 plain, the ring at K2 = 16 and for BM16 lohi, whose A stages are twice as large) and 4
-    (512: whole but for BM16 lohi at K2 = 16), two shards of different K (the larger sets the shared memory), rows
-    that leave a block partly empty; each against the reference, the accumulator zero after every call."""
-    cbs = [c for c in (1, 0) if compiled(c, k2) and any(cc == c for cc, _ in _ops.built_instances(lohi=True))]
+    """The BM 8 lohi and BM16 (plain and lohi) GEMMs run their form with A copied whole before the k loop (gemm_kernel.cuh
+    kFormACopy) where the k slice is 512-1024 columns and the block's shared memory leaves 4 blocks per SM (a_whole_fits),
+    and the A ring elsewhere: on sm_90 the forms of _A_WHOLE_SM90 (asked through _ops.gemm_a_whole). Two shards of
+    different K (the larger sets the shared memory), rows that leave a block partly empty (m = 5, 13) and a second row
+    block (m = 29), an empty last slice (k = 4096, split 9). Each output matches the reference and leaves the accumulator
+    zero; with split-k reduced in a fixed order (a thread block cluster, sm_90+) the output equals bit for bit the one
+    with a_whole=False (the ring: the same sums in the same order)."""
+    cbs = [c for c in (1, 0) if compiled(c, k2) and (c, 16) in _ops.built_instances()
+           and {(c, 16), (c, 8)} <= set(_ops.built_instances(lohi=True))]
     if not cbs:
-        pytest.skip("no lohi instance for this K in this build")
+        pytest.skip("no BM16 plain / BM16 lohi / BM 8 lohi instances with this K in this build")
+    if not hasattr(torch.ops.exl3_kernels, "gemm_a_whole"):
+        pytest.skip("this library predates the A-copied-whole form")
     cb = cbs[0]
     name = {0: "3inst", 1: "mcg"}[cb]
-    k2s = [k2, 8 if k2 != 8 else 4] if compiled(cb, 8) and compiled(cb, 4) else [k2, k2]  # the largest K2 sets the smem
-    trellis, suh, svh, bias = random_layer(2048, [256, 128], k2s, seed=k2 + 300, bias=True)
-    for m in (1, 5, 13):
-        x = torch.randn(m, 2048, device="cuda", dtype=torch.float16)
-        ref = reference_forward(x, trellis, suh, svh, bias, name)
-        xh = _ops.input_transform(x, suh)
-        xl = _ops.input_transform(x, suh, lohi=True)
-        for split in (1, 2, 4):
-            acc = workspace.splitk_acc(x.device) if split > 1 else xh
-            for bm, lohi, a in ((16, False, xh), (16, True, xl), (8, True, xl)):
-                y = _ops.gemm(a, trellis, svh, bias, cb, bm, split, acc, torch.float16, lohi=lohi)
-                assert rel_err(y, ref) < TOL[torch.float16], (k2, m, bm, split, rel_err(y, ref))
-                _acc_is_zero()
+    k2s = [k2, 8 if k2 != 8 else 4] if compiled(cb, 8) and compiled(cb, 4) else [k2, k2]
+    sm90 = torch.cuda.get_device_capability() == (9, 0)
+    cluster = _ops.cluster_splitk_available("cuda")
+    seen = set()
+    for k, splits in ((2048, (1, 2, 4)), (4096, (9,))):
+        trellis, suh, svh, bias = random_layer(k, [256, 128], k2s, seed=k2 + 300 + k, bias=True)
+        for m in ((1, 5, 13, 29) if k == 2048 else (3,)):
+            x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+            ref = reference_forward(x, trellis, suh, svh, bias, name)
+            xh = _ops.input_transform(x, suh)
+            xl = _ops.input_transform(x, suh, lohi=True)
+            for split in splits:
+                acc = workspace.splitk_acc(x.device) if split > 1 else xh
+                for i, (bm, lohi, a) in enumerate(((16, False, xh), (16, True, xl), (8, True, xl))):
+                    whole = _ops.gemm_a_whole(bm, lohi, k, split, max(k2s))
+                    if sm90:
+                        assert whole == _A_WHOLE_SM90[(k, split, max(k2s))][i], (k, split, max(k2s), bm, lohi)
+                    seen.add(whole)
+                    y = _ops.gemm(a, trellis, svh, bias, cb, bm, split, acc, torch.float16, lohi=lohi)
+                    assert rel_err(y, ref) < TOL[torch.float16], (k2, m, bm, lohi, split, rel_err(y, ref))
+                    _acc_is_zero()
+                    # bit for bit: split-k reduced in a fixed order (a cluster; through the accumulator only at
+                    # split <= 2, where the fp32 sum of two partials does not depend on the order of the atomics)
+                    if split > 2 and not cluster:
+                        continue
+                    y_w, y_r = (_ops.gemm(a, trellis, svh, bias, cb, bm, split, acc, torch.float16, lohi=lohi,
+                                          cluster=cluster and split > 1, a_whole=aw) for aw in (True, False))
+                    assert torch.equal(y_w, y_r), (k2, m, bm, lohi, split)
+                    _acc_is_zero()
+    if sm90:
+        assert seen == {True, False}  # both forms ran
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

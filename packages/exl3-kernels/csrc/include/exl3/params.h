@@ -45,11 +45,11 @@ struct GemmParams {
   int cluster;        // 1 (split > 1, sm_90+, mma.sync GEMM only): the split blocks of an output tile form a thread
                       // block cluster and reduce through distributed shared memory; acc is not touched and no
                       // epilogue kernel runs (gemm_kernel.cuh, "Split-k in a cluster")
-  int fused_it;       // 1 (mma.sync GEMM, no lohi): the input transform runs inside the GEMM: each block builds
+  int fused_it;       // 1 (mma.sync GEMM: BM16 plain, BM 8 lohi): the input transform runs inside the GEMM: each block builds
                       // had128(x * suh) of its rows and k slice straight into shared memory (gemm_kernel.cuh,
                       // "Input transform inside the GEMM"); shard[].xh unused, k16_per_split % 8 == 0
-  int a_whole;        // 1 (no fused_it): the BM 8 lohi / BM16 GEMMs may run as the fused kernel with A copied whole
-                      // before the k loop where its slice fits (gemm_kernel.cuh, "A copied whole"; a_whole_fits)
+  int a_whole;        // 1 (no fused_it): the BM 8 lohi / BM16 GEMMs may run their form with A copied whole before
+                      // the k loop where the slice fits (gemm_kernel.cuh, kFormACopy, a_whole_fits)
   const void* x;      // fused_it: [m, k] fp16 or bf16 activations, unit column stride, row stride x_stride elements
   int64_t x_stride;
   int x_bf16;
@@ -105,6 +105,9 @@ cudaError_t launch_reconstruct_t(const ReconstructParams& p, int codebook, cudaS
 cudaError_t launch_reconstruct_n(const ReconstructParams& p, int codebook, cudaStream_t stream);
 cudaError_t launch_decode_lut(uint16_t* out, int codebook, cudaStream_t stream);
 bool gemm_instance_built(int codebook, int bm, bool lohi);
+// Whether the GEMM of (bm, lohi) with these parameters (k16_per_split, shards' K2, a_whole; fused_it = 0) runs its form
+// with A copied whole on the current device (gemm_kernel.cuh, a_whole_fits); false for tiers without that form.
+bool gemm_a_whole_fits(const GemmParams& p, int bm, bool lohi);
 // The Hopper wgmma GEMM (csrc/gemm_sm90/wgmma_gemm.cu, sm_90a only; csrc/gemm_sm90/wgmma_stub.cpp when the build has
 // no 9.0): BM 256, p.shard[i].xh must be xh + i m k of one [S, m, k] fp16 tensor (one TMA tensor map for all shards).
 // Launches splitk_epilogue after it when p.split > 1. Runs on compute capability 9.0 only (the caller checks).
