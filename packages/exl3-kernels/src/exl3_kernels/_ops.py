@@ -7,6 +7,7 @@ Importing this module never fails: :func:`available` says whether the CUDA ops e
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -291,24 +292,21 @@ def has_tile_flags() -> bool:
     return _TILE_FLAGS_ARG
 
 
+@functools.cache
+def _op_has_arg(op: str, arg: str) -> bool:
+    """Whether the loaded library's op ``op`` has the argument ``arg`` in its schema (older libraries lack the newer
+    arguments); cached per (op, arg)."""
+    return any(a.name == arg for a in getattr(torch.ops.exl3_kernels, op).default._schema.arguments)
+
+
 def _gemm_has_cluster_arg() -> bool:
     """Whether the loaded library's gemm schema has the ``cluster`` argument (libraries before it do not)."""
-    global _CLUSTER_ARG
-    if _CLUSTER_ARG is None:
-        _CLUSTER_ARG = any(a.name == "cluster" for a in torch.ops.exl3_kernels.gemm.default._schema.arguments)
-    return _CLUSTER_ARG
-
-
-_CLUSTER_ARG: bool | None = None
-_A_WHOLE_ARG: bool | None = None
+    return _op_has_arg("gemm", "cluster")
 
 
 def _gemm_has_a_whole_arg() -> bool:
     """Whether the loaded library's gemm schema has the ``a_whole`` argument (libraries before f659623's do not)."""
-    global _A_WHOLE_ARG
-    if _A_WHOLE_ARG is None:
-        _A_WHOLE_ARG = any(a.name == "a_whole" for a in torch.ops.exl3_kernels.gemm.default._schema.arguments)
-    return _A_WHOLE_ARG
+    return _op_has_arg("gemm", "a_whole")
 
 
 def gemm_a_whole(bm: int, lohi: bool, k: int, split: int, max_k2: int) -> bool:
@@ -506,15 +504,9 @@ def _recon_tma(tma: bool | None) -> bool:
     return env.get_bool("RECON_TMA", True) if tma is None else bool(tma)
 
 
-_RECON_TMA_ARG: bool | None = None
-
-
 def _reconstruct_has_tma_arg() -> bool:
     """Whether the loaded library's reconstruct ops take ``tma`` (libraries before it do not)."""
-    global _RECON_TMA_ARG
-    if _RECON_TMA_ARG is None:
-        _RECON_TMA_ARG = any(a.name == "tma" for a in torch.ops.exl3_kernels.reconstruct.default._schema.arguments)
-    return _RECON_TMA_ARG
+    return _op_has_arg("reconstruct", "tma")
 
 
 def reconstruct_t(trellis: list[torch.Tensor], svh: list[torch.Tensor], codebook: int, col_begin: int = 0,
