@@ -76,3 +76,52 @@ def test_overhead_sweep_fit_recovers_a_line():
     assert a == pytest.approx(5.8) and b * 1024 == pytest.approx(3.67)
     a, b = overhead_sweep.fit([0, 0, 2, 2], [1.0, 3.0, 5.0, 7.0])  # means 2 at x = 0 and 6 at x = 2
     assert (a, b) == pytest.approx((2.0, 2.0))
+
+
+def test_profile_timeline_analyse_call():
+    """tools/profile_timeline.py on hand-made records: phases, the last block, SM activity, the gap, bad records."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import profile_timeline as tl
+
+    us = 1000
+    # SM 0: two blocks back to back (0-10 us, 10-20 us), the second the tile's finisher; SM 1: one block 2-12 us
+    recs = [
+        [0, 1 * us, 2 * us, 3 * us, 8 * us, 9 * us, 10 * us, 0],
+        [(1 << 32) | 0, 10 * us, 10 * us, 11 * us, 17 * us, 18 * us, 20 * us, 0],
+        [1, 2 * us, 3 * us, 4 * us, 9 * us, 10 * us, 12 * us, 0],
+        [0, 0, 0, 0, 0, 0, 0, 0],          # a region's block that never ran
+        [1, 5 * us, 0, 0, 0, 0, 0, 0],     # an empty k slice (register-A): entry only
+    ]
+    c = tl.analyse_call(recs, sm_count=4, prev_exit=-1 * us)
+    assert c["blocks"] == 3 and c["empty_blocks"] == 1 and c["finishers"] == 1
+    assert c["span_us"] == pytest.approx(19.0)          # 1 us -> 20 us
+    assert c["loop_med_us"] == pytest.approx(5.0) and c["loop_max_us"] == pytest.approx(6.0)
+    assert c["wait_med_us"] == pytest.approx(1.0) and c["wait_max_us"] == pytest.approx(1.0)
+    assert c["finish_of_finishers_med_us"] == pytest.approx(2.0)
+    assert c["last_block"] == {"entry_us": 9.0, "wait": 0.0, "prologue": 1.0, "loop": 6.0, "partials": 1.0, "finish": 2.0}
+    assert c["sms_used"] == 2 and c["blocks_per_sm_max"] == 2
+    # SM 0 busy 1-20 us (19), SM 1 2-12 us (10), over 4 SMs x 19 us
+    assert c["sm_active"] == pytest.approx(29 / 76)
+    assert c["gap_from_previous_us"] == pytest.approx(2.0)
+    assert c["entry_spread_us"] == pytest.approx(9.0) and c["exit_spread_us"] == pytest.approx(10.0)
+    with pytest.raises(ValueError, match="out of order"):
+        tl.analyse_call([[0, 5, 4, 6, 7, 8, 9, 0]], sm_count=1)
+    with pytest.raises(ValueError, match="no block"):
+        tl.analyse_call([[0, 0, 0, 0, 0, 0, 0, 0]], sm_count=1)
+    s = tl.summarise([c, tl.analyse_call(recs, sm_count=4, prev_exit=c["_t1"])])
+    assert s["span_us"] == pytest.approx(19.0) and s["period_us"] == pytest.approx(0.0)
+    md = tl.markdown([{"shape": "4096x4096", "m": 1, "plan": "p", "op_us": 8.0, "summary": s}])
+    assert md.count("\n") == 3 and "| 4096x4096 | 1 | p | 8.0 |" in md
+
+
+def test_profile_timeline_summary_without_finishers():
+    """A launch whose tiles are finished by the epilogue kernel has no finisher blocks: the summary and table keep None."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import profile_timeline as tl
+
+    recs = [[0, 1000, 2000, 3000, 8000, 9000, 10000, 0]]
+    c = tl.analyse_call(recs, sm_count=1)
+    assert c["finish_of_finishers_med_us"] is None
+    s = tl.summarise([c, c])
+    assert s["finish_of_finishers_med_us"] is None and s["gap_from_previous_us"] is None
+    assert "(-)" in tl.markdown([{"shape": "a", "m": 1, "plan": "p", "op_us": 1.0, "summary": s}])

@@ -24,6 +24,46 @@ void check_cuda(cudaError_t e, const char* what) {
   TORCH_CHECK(e == cudaSuccess, "exl3_kernels: ", what, " failed: ", cudaGetErrorString(e));
 }
 
+// Per-block phase stamps (profiling builds, exl3/timeline.cuh; tools/profile_timeline.py). timeline_set gives the
+// GEMM launches that follow a buffer of int64 records, 8 per block: each launch takes the next grid-sized region
+// (so the calls captured in one CUDA graph keep their own records: the region is fixed at capture), and a launch that
+// no longer fits gets none. Host-side state of the process, not thread-safe: a profiling aid, not used by the layer.
+struct TimelineState {
+  uint64_t* base = nullptr;
+  int64_t capacity = 0;  // records (blocks)
+  int64_t used = 0;
+};
+TimelineState& timeline_state() {
+  static TimelineState s;
+  return s;
+}
+
+uint64_t* timeline_take(int64_t blocks) {
+  TimelineState& s = timeline_state();
+  if (s.base == nullptr || blocks <= 0 || s.used + blocks > s.capacity) return nullptr;
+  uint64_t* r = s.base + 8 * s.used;
+  s.used += blocks;
+  return r;
+}
+
+bool timeline_built() { return exl3::timeline_built(); }
+
+void timeline_set(const std::optional<Tensor>& buf) {
+  TimelineState& s = timeline_state();
+  s = TimelineState{};
+  if (!buf.has_value()) return;
+  const Tensor& b = *buf;
+  TORCH_CHECK(exl3::timeline_built(), "exl3_kernels.timeline_set: this library was built without EXL3_TIMELINE=1 ",
+              "(exl3/timeline.cuh); its kernels write no stamps");
+  TORCH_CHECK(b.is_cuda() && b.scalar_type() == at::kLong && b.is_contiguous() && b.numel() % 8 == 0,
+              "exl3_kernels.timeline_set: buf must be a contiguous int64 CUDA tensor of 8 x blocks elements, got ",
+              b.scalar_type(), " with ", b.numel(), " elements on ", b.device());
+  s.base = reinterpret_cast<uint64_t*>(b.data_ptr<int64_t>());
+  s.capacity = b.numel() / 8;
+}
+
+int64_t timeline_used() { return timeline_state().used; }
+
 // The kernels move 16-byte chunks (cp.async, float4, red.v4) and 8-byte groups (uint2): a tensor that is a view
 // at an odd offset into its storage would fault or read the wrong bytes, so the pointer is checked here.
 void check_aligned(const Tensor& t, int bytes, const char* op, const char* name, int64_t i = -1) {
@@ -244,6 +284,7 @@ Tensor gemm_setup(exl3::GemmParams& p, const char* op, const Tensor& xh, const s
   // placed two per SM on the first SMs to free up instead of one per SM.
   const int64_t grid_blocks = (n_total / 128) * ((m + bm - 1) / bm) * split;
   p.pdl = pdl && device_has_pdl(xh.device()) && grid_blocks >= sm_count(xh.device()) ? 1 : 0;
+  p.timeline = timeline_take(m > 0 ? grid_blocks : 0);  // nullptr unless timeline_set gave a buffer (profiling builds)
   return y;
 }
 
@@ -667,6 +708,12 @@ TORCH_LIBRARY(exl3_kernels, m) {
   m.def("compiled_k2_mask() -> int", &compiled_k2_mask);
   m.def("built_instances() -> int[]", &built_instances);
   m.def("wgmma_codebooks() -> int[]", &wgmma_codebooks);
+  // Profiling builds (EXL3_TIMELINE=1, exl3/timeline.cuh): timeline_set(buf) hands the GEMM launches that follow
+  // their per-block phase records in buf (int64, 8 per block, one grid-sized region per launch; None stops);
+  // timeline_used() counts the blocks given records since; timeline_built() says whether the kernels stamp at all.
+  m.def("timeline_built() -> bool", &timeline_built);
+  m.def("timeline_set(Tensor? buf) -> ()", &timeline_set);
+  m.def("timeline_used() -> int", &timeline_used);
 }
 
 TORCH_LIBRARY_IMPL(exl3_kernels, CUDA, m) {

@@ -76,6 +76,7 @@
 #include "exl3/splitk_finish.cuh"
 #include "exl3/static_for.cuh"
 #include "exl3/store.cuh"
+#include "exl3/timeline.cuh"
 #include "exl3/trellis.cuh"
 
 #ifndef EXL3_GEMM_PAIRED_STEPS
@@ -369,6 +370,7 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   if (FUSED && fused_nb > 0 && warp < ((kThreads / 32) / fused_nb) * fused_nb)
     fused_su = *reinterpret_cast<const uint2*>(sh.suh + k16_begin * 16 + (warp % fused_nb) * 128 + 4 * lane);
   pdl_wait();
+  tl_stamp<kTlWaited>(p);
   if constexpr (kACopy) {
     // A copied whole (see the top of this file): every stage of the slice's xh by the same cp.async copies as the
     // ring's, into consecutive buffers, all in the first commit group with the prologue's trellis stages; then the
@@ -489,6 +491,7 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
     });
   };
 
+  tl_stamp<kTlLoopStart>(p);
   if constexpr (kPairedSteps) {
     // Two k steps per iteration (BM <= EXL3_GEMM_PAIRED_MAX_BM). In the one-step loop of the fused BM 8 kernel (K = 4
     // mcg, sm_90 SASS) a stage is 161 instructions, ~30 of them the loop's own: the rotation of four buffer offsets by
@@ -524,6 +527,7 @@ __device__ __forceinline__ void gemm_block(const GemmParams& p, const GemmShard&
   }
   cp_async_wait<0>();
   __syncthreads();
+  tl_stamp<kTlLoopEnd>(p);
   pdl_launch_dependents();  // the next kernel (split-k epilogue, or the next op's) may launch; it waits for this grid
 
   // Stage accumulators as fp32 [BM][kEpiStride] (reuses the pipeline buffers).
@@ -617,6 +621,7 @@ struct GemmOccupancy {
 template <int CB, int BM, bool LOHI, int FORM = kFormRing>
 __global__ void __launch_bounds__(kThreads, GemmOccupancy<BM>::kMinBlocks) gemm_kernel(const __grid_constant__ GemmParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
+  tl_stamp<kTlEntry>(p);
   const int col0 = blockIdx.x * 128;
   const GemmShard& sh = p.shard[shard_of(p.shard, p.num_shards, col0)];
   // K2 is uniform per block (a block never straddles shards), so mixed-K fused layers run in one launch; every
@@ -637,11 +642,15 @@ __global__ void __launch_bounds__(kThreads, GemmOccupancy<BM>::kMinBlocks) gemm_
   // kernel, after the K2 switch, not in each K body: 11 inlined copies of the finish made the BM16 object 23% larger.
   // Never together with the cluster form (which writes y itself): the host sets tile_flags only when the partial sums go
   // through p.acc (ops.cpp, set_tile_flags).
+  tl_stamp<kTlPartials>(p);
+  bool finished = p.split == 1 || p.cluster;  // split 1 and the cluster form write y in every block (the cluster: its rows)
   if (p.split > 1 && p.tile_flags != nullptr) {
     const int row0 = blockIdx.y * BM;
-    splitk_arrive_and_finish<kThreads, BM>(p, sh, splitk_tile_index(p, blockIdx.y, blockIdx.x), p.split, row0,
-                                       min(BM, p.m - row0), col0);
+    finished = splitk_arrive_and_finish<kThreads, BM>(p, sh, splitk_tile_index(p, blockIdx.y, blockIdx.x), p.split, row0,
+                                                      min(BM, p.m - row0), col0);
   }
+  tl_mark_finisher(p, finished);
+  tl_stamp<kTlExit>(p);
 }
 
 // Split-k epilogue: one warp per (row, 128-column block): acc -> transform -> y, and acc := 0.

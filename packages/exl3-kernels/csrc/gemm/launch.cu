@@ -32,6 +32,8 @@ __global__ void __launch_bounds__(256) splitk_epilogue_kernel(const __grid_const
 EXL3_GEMM_INSTANCES(EXL3_DECLARE_INSTANCE)
 #undef EXL3_DECLARE_INSTANCE
 
+bool timeline_built() { return kTimelineBuilt; }
+
 bool gemm_instance_built(int codebook, int bm, bool lohi) {
 #define EXL3_MATCH(CB, BM, LOHI) \
   if (codebook == CB && bm == BM && lohi == LOHI) return true;

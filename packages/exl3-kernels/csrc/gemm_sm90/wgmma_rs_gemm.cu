@@ -106,6 +106,7 @@
 #include "exl3/splitk_finish.cuh"
 #include "exl3/static_for.cuh"
 #include "exl3/tensor_map.h"
+#include "exl3/timeline.cuh"
 #include "exl3/trellis.cuh"
 #include "exl3/wgmma_rs.cuh"
 
@@ -238,6 +239,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
     wgmma_rs_kernel(const __grid_constant__ RsParams rp) {
   using C = Cfg<BM>;
   const GemmParams& p = rp.g;
+  tl_stamp<kTlEntry>(p);
   extern __shared__ uint8_t smem_raw[];
   const uint32_t sbase = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t xs0 = sbase, ts0 = sbase + C::kStages * C::kXStage, full0 = sbase + bar_offset<BM>(K2);
@@ -368,6 +370,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
     });
   }
   pdl_wait();
+  tl_stamp<kTlWaited>(p);
   if (M::kX && tid == 0) {
 #pragma unroll
     for (int i = 0; i < S - 2; ++i)
@@ -436,6 +439,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
     for (int kk = 0; kk < 4; ++kk) WgmmaRs<BM>::mma(acc, a[P][kk], db[kk]);
     wgmma_commit();
   };
+  tl_stamp<kTlLoopStart>(p);
   int s = 0;
   do {
     body(s, std::integral_constant<int, 0>{});
@@ -444,6 +448,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
     if (s + 3 < ns) body(s + 3, std::integral_constant<int, 3>{});
     s += 4;
   } while (s < ns);
+  tl_stamp<kTlLoopEnd>(p);
   // the next kernel may launch now (programmatic dependent launch), as after the other two GEMMs' k loops; without
   // it, it launched only once this grid had completed. That kernel is the split-k epilogue (with tile counters: the next
   // op's first kernel, which waits for this grid the same way), or in a fused layer with
@@ -499,10 +504,15 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
       red_add_f32x4(p.acc + off, v);
     }
   }
+  tl_stamp<kTlPartials>(p);
+  bool finished = whole;
   if (p.tile_flags != nullptr && !whole) {
     const int nonempty = (p.k / kBK + sps - 1) / sps;  // split blocks with stages: the ones that arrive
-    splitk_arrive_and_finish<kThreads, BM>(p, sh, splitk_tile_index(p, blockIdx.y, col0 / kBN), nonempty, m0, rows, col0);
+    finished = splitk_arrive_and_finish<kThreads, BM>(p, sh, splitk_tile_index(p, blockIdx.y, col0 / kBN), nonempty, m0,
+                                                      rows, col0);
   }
+  tl_mark_finisher(p, finished);
+  tl_stamp<kTlExit>(p);
 }
 
 // One grid over the column blocks [nb0, nb0 + nblocks) (shards of one K2).
@@ -577,6 +587,10 @@ cudaError_t launch_cb(RsParams& rp, int bm, cudaStream_t stream) {
       default: break;
     }
     if (e != cudaSuccess) return e;
+    // the next run's blocks take the records after this run's (timeline builds: exl3/timeline.cuh; the host sized the
+    // region for the layer's whole grid)
+    if (rp.g.timeline != nullptr)
+      rp.g.timeline += 8ull * nblocks * ((p.m + bm - 1) / bm) * p.split;
     i = j;
   }
   return cudaSuccess;

@@ -322,6 +322,36 @@ def gemm_a_whole(bm: int, lohi: bool, k: int, split: int, max_k2: int) -> bool:
     return bool(torch.ops.exl3_kernels.gemm_a_whole(bm, lohi, k, split, max_k2))
 
 
+# Per-block phase stamps of the GEMM kernels (profiling builds only: EXL3_TIMELINE=1, csrc/include/exl3/timeline.cuh).
+TIMELINE_SLOTS = ("info", "entry", "waited", "loop_start", "loop_end", "partials", "exit", "unused")
+
+
+def timeline_built() -> bool:
+    """Whether the loaded library's GEMM kernels write phase stamps (built with ``NVCC_APPEND_FLAGS=-DEXL3_TIMELINE=1``,
+    csrc/include/exl3/timeline.cuh). False without the library or for libraries before the stamps."""
+    if not (available() and hasattr(torch.ops.exl3_kernels, "timeline_built")):
+        return False
+    return bool(torch.ops.exl3_kernels.timeline_built())
+
+
+def timeline_set(buf: torch.Tensor | None) -> None:
+    """Give the GEMM launches that follow per-block records in ``buf`` (int64 CUDA, contiguous, 8 x blocks elements;
+    ``None`` stops). Each launch of :func:`gemm`, :func:`gemm_x` or :func:`gemm_wgmma_rs` takes the next region of
+    grid-size records, fixed when the launch is issued, so the calls captured in one CUDA graph keep separate records
+    on every replay; a launch that no longer fits gets none. Record of a block (slots :data:`TIMELINE_SLOTS`): [0]
+    the SM id, plus 2^32 when the block finished an output tile; [1..6] %globaltimer (ns) at entry, after the wait
+    for the kernel before, at the k loop's start and end, after the partial sums, at exit; blocks of an empty k slice
+    of the register-A GEMM stamp only their entry. Process-wide host state (not thread-safe; a profiling aid).
+
+    Raises RuntimeError when the library was built without the stamps or ``buf`` is not as described."""
+    torch.ops.exl3_kernels.timeline_set(buf)
+
+
+def timeline_used() -> int:
+    """Blocks given records since the last :func:`timeline_set`."""
+    return int(torch.ops.exl3_kernels.timeline_used())
+
+
 def cluster_splitk_available(device: torch.device | str) -> bool:
     """Whether split-k can be reduced inside a thread block cluster on ``device``: compute capability 9.0+ and a
     loaded library whose gemm has the ``cluster`` argument. (The op still refuses, with an error, an image of

@@ -62,6 +62,8 @@ struct GemmParams {
                       // one int32 counter per output tile (ceil(m / BM) x n_total / 128, row-block major), all zero on
                       // entry and on exit; the last split block of a tile to arrive writes its y rows and re-zeroes acc,
                       // and no split-k epilogue kernel runs (exl3/splitk_finish.cuh)
+  uint64_t* timeline;  // profiling builds only (EXL3_TIMELINE=1, exl3/timeline.cuh): 8 uint64 of phase stamps per block of
+                       // this launch, or nullptr; default builds never read it (ops.cpp, timeline_set)
 };
 
 struct ReconstructParams {
@@ -105,6 +107,8 @@ cudaError_t launch_reconstruct_t(const ReconstructParams& p, int codebook, cudaS
 cudaError_t launch_reconstruct_n(const ReconstructParams& p, int codebook, cudaStream_t stream);
 cudaError_t launch_decode_lut(uint16_t* out, int codebook, cudaStream_t stream);
 bool gemm_instance_built(int codebook, int bm, bool lohi);
+// Whether the kernels write GemmParams.timeline's phase stamps (built with EXL3_TIMELINE=1: exl3/timeline.cuh).
+bool timeline_built();
 // Whether the GEMM of (bm, lohi) with these parameters (k16_per_split, shards' K2, a_whole; fused_it = 0) runs its form
 // with A copied whole on the current device (gemm_kernel.cuh, a_whole_fits); false for tiers without that form.
 bool gemm_a_whole_fits(const GemmParams& p, int bm, bool lohi);
