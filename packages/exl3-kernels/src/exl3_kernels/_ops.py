@@ -348,7 +348,9 @@ def timeline_set(buf: torch.Tensor | None) -> None:
 
 
 def timeline_used() -> int:
-    """Blocks given records since the last :func:`timeline_set`."""
+    """Blocks given records (8 int64 each) since the last :func:`timeline_set` (0 after ``timeline_set(None)``).
+
+    Raises AttributeError / RuntimeError when the loaded library predates the timeline ops or is not loaded."""
     return int(torch.ops.exl3_kernels.timeline_used())
 
 
