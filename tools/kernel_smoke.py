@@ -117,6 +117,13 @@ def main() -> int:
                         e = ((y.float() - ref4).norm() / ref4.norm()).item()
                         worst = max(worst, e)
                         print(f"gemm_wgmma_rs m={m} k=1024 bm={bm} split={split} tile counters: rel err {e:.2e}")
+                if getattr(_ops, "wgmma_rs_has_cluster", lambda: False)():  # split-k in a cluster; 11: empty ranks
+                    for split in (2, 11):
+                        y = _ops.gemm_wgmma_rs(xh4, t4, svh, bias, cb, bm, split, workspace.splitk_acc(x.device),
+                                               torch.bfloat16, cluster=True)
+                        e = ((y.float() - ref4).norm() / ref4.norm()).item()
+                        worst = max(worst, e)
+                        print(f"gemm_wgmma_rs m={m} k=1024 bm={bm} split={split} cluster: rel err {e:.2e}")
         w = _ops.reconstruct(trellis, suh, svh, cb, dtype=torch.bfloat16)
         e = (((x @ w).float() + bias - ref).norm() / ref.norm()).item()
         print(f"reconstruct m={m}: rel err {e:.2e}")

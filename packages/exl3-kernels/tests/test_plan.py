@@ -848,6 +848,78 @@ def test_rs_pins_and_kernel_count(monkeypatch):
         assert kernel_count(Plan("wgmma_rs", 64, split)) == 3
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("m", [16, 17, 32, 64, 100, 128, 256])
+def test_rs_cluster_plans(shape, m):
+    """With ``cluster`` the register-A plans add, for m in [CLUSTER_MIN_M, CLUSTER_MAX_M] only, the cluster plans of
+    the same BM tiers at cluster_splits with the register-A kernel's resident blocks (RS_BLOCKS_PER_SM) up to
+    RS_CLUSTER_MAX_SPLIT (2 and 4 here), no
+    accumulator needed, so they stay where the accumulator cannot hold the bucket; candidates() passes its
+    cluster_splitk on; shown with ",cluster"."""
+    from exl3_kernels.plan import (CLUSTER_MAX_M, CLUSTER_MIN_M, RS_BLOCKS_PER_SM, RS_CLUSTER_MAX_SPLIT,
+                                   cluster_splits, rs_plans)
+
+    plain = rs_plans(shape, m, 132, ACC)
+    both = rs_plans(shape, m, 132, ACC, cluster=True)
+    cl = [p for p in both if p.cluster]
+    assert [p for p in both if not p.cluster] == plain
+    if not CLUSTER_MIN_M <= m <= CLUSTER_MAX_M:
+        assert cl == []
+        return
+    assert cl and {p.bm for p in cl} == {p.bm for p in plain}
+    for bm in {p.bm for p in cl}:
+        assert sorted(p.split for p in cl if p.bm == bm) == [
+            s for s in cluster_splits(shape, m, bm, 132, ACC, RS_BLOCKS_PER_SM) if s <= RS_CLUSTER_MAX_SPLIT]
+    assert RS_CLUSTER_MAX_SPLIT == 4 and {p.split for p in cl} <= {2, 3, 4}
+    assert all(p.split <= max_split(shape) and p.path == "wgmma_rs" for p in cl)
+    assert [p for p in rs_plans(shape, m, 132, 1, cluster=True)] == cl  # no accumulator: only the cluster plans
+    with_cl = candidates(shape, m, 132, ACC, wgmma_rs=True, cluster_splitk=True)
+    assert all(p in with_cl for p in cl)
+    assert not any(p.path == "wgmma_rs" and p.cluster for p in candidates(shape, m, 132, ACC, wgmma_rs=True))
+    assert str(Plan("wgmma_rs", 64, 8, cluster=True)) == "wgmma_rs(bm=64,split=8,cluster)"
+
+
+def test_rs_cluster_pins_and_kernel_count(monkeypatch):
+    """A register-A cluster plan is two kernels (input transform, GEMM) at every m; CUDA_EXL3_PATH=wgmma_rs keeps the
+    cluster flag of a tuned wgmma_rs plan and drops that of an mma.sync cluster plan; deterministic mode turns a pinned
+    wgmma_rs split into a cluster plan where the library's register-A GEMM has the form, else into split 1; the
+    autotuner drops register-A cluster candidates for a library without it and with CUDA_EXL3_WGMMA_RS_CLUSTER=0."""
+    from exl3_kernels import _ops, autotune
+    from exl3_kernels.autotune import kernel_count
+
+    for v in ("PATH", "BM", "SPLIT", "LOHI", "DETERMINISTIC"):
+        monkeypatch.delenv(f"CUDA_EXL3_{v}", raising=False)
+    monkeypatch.setenv("CUDA_EXL3_SPLITK_FINISH", "0")
+    assert kernel_count(Plan("wgmma_rs", 64, 8, cluster=True), m=64) == 2
+    assert kernel_count(Plan("wgmma_rs", 64, 8), m=64) == 3
+    monkeypatch.setenv("CUDA_EXL3_PATH", "wgmma_rs")
+    assert autotune._apply_pins(Plan("wgmma_rs", 64, 4, cluster=True)) == Plan("wgmma_rs", 64, 4, cluster=True)
+    assert autotune._apply_pins(Plan("gemm", 64, 4, cluster=True)) == Plan("wgmma_rs", 64, 4)
+    monkeypatch.setenv("CUDA_EXL3_SPLIT", "6")
+    monkeypatch.setenv("CUDA_EXL3_DETERMINISTIC", "1")
+    monkeypatch.setattr(_ops, "wgmma_rs_has_cluster", lambda: True)
+    assert autotune._apply_pins(Plan("gemm", 64, 1), cluster_splitk=True) == Plan("wgmma_rs", 64, 6, cluster=True)
+    assert autotune._apply_pins(Plan("gemm", 64, 1), cluster_splitk=False) == Plan("wgmma_rs", 64, 1)
+    monkeypatch.setattr(_ops, "wgmma_rs_has_cluster", lambda: False)
+    assert autotune._apply_pins(Plan("gemm", 64, 1), cluster_splitk=True) == Plan("wgmma_rs", 64, 1)
+    for v in ("PATH", "SPLIT", "DETERMINISTIC", "AUTOTUNE", "CLUSTER"):
+        monkeypatch.delenv(f"CUDA_EXL3_{v}", raising=False)
+    monkeypatch.setattr(autotune.torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(autotune, "sm_count", lambda device: 132)
+    shape, dev = LayerShape(4096, (11008,), (8,), 1), torch.device("cpu")
+    for has, knob in ((False, "1"), (True, "1"), (True, "0")):
+        monkeypatch.setattr(_ops, "wgmma_rs_has_cluster", lambda: has)
+        monkeypatch.setenv("CUDA_EXL3_WGMMA_RS_CLUSTER", knob)
+        timed: list[Plan] = []
+        monkeypatch.setattr(autotune, "_time", lambda fn, device, reps=5, graph=False: fn() or 0.1)
+        autotune.clear()
+        autotune.choose(shape, 64, torch.float16, dev, ACC, (16, 32, 64, 128), timed.append, cluster_splitk=True,
+                        wgmma_rs=True)
+        assert any(p.path == "wgmma_rs" for p in timed)
+        assert any(p.path == "wgmma_rs" and p.cluster for p in timed) == (has and knob == "1")
+    autotune.clear()
+
+
 def test_autotune_key_changes_with_the_timing_mode(monkeypatch):
     """Plans timed eagerly and as graph replays are cached apart: toggling CUDA_EXL3_AUTOTUNE_GRAPH in a running process
     re-tunes instead of serving the other mode's plan (review, fourteenth session)."""

@@ -413,10 +413,11 @@ Tensor gemm_wgmma(const Tensor& xh, const std::vector<Tensor>& trellis, const st
 // The register-A Hopper GEMM (csrc/gemm_sm90/wgmma_rs_gemm.cu): the contract of gemm for BM 8, 16, 32, 64 or 128, except
 // that `acc` is used at every split (the kernel adds its partial sums there and splitk_epilogue writes y, or with
 // tile_flags the kernel itself), so it must hold m * n_total fp32 zeros even at split 1 (where with tile_flags it is in
-// fact not touched). sm_90a code only.
+// fact not touched); with `cluster` at split 2..16 the split blocks of a tile reduce in a thread block cluster and
+// `acc` and `tile_flags` are not used (nor checked). sm_90a code only.
 Tensor gemm_wgmma_rs(const Tensor& xh, const std::vector<Tensor>& trellis, const std::vector<Tensor>& svh,
                      const std::optional<Tensor>& bias, int64_t codebook, int64_t bm, int64_t split, const Tensor& acc,
-                     at::ScalarType out_dtype, bool pdl, const std::optional<Tensor>& tile_flags) {
+                     at::ScalarType out_dtype, bool pdl, const std::optional<Tensor>& tile_flags, bool cluster) {
   TORCH_CHECK(exl3::gemm_wgmma_rs_built(static_cast<int>(codebook), static_cast<int>(bm)),
               "exl3_kernels.gemm_wgmma_rs: no register-A wgmma GEMM for codebook ", codebook, " and BM ", bm,
               " in this library (BM must be 8, 16, 32, 64 or 128, and the build needs 9.0 in TORCH_CUDA_ARCH_LIST; see "
@@ -426,7 +427,8 @@ Tensor gemm_wgmma_rs(const Tensor& xh, const std::vector<Tensor>& trellis, const
   TORCH_CHECK(cc.first == 9 && cc.second == 0, "exl3_kernels.gemm_wgmma_rs: needs a compute capability 9.0 GPU (sm_90a "
               "code), ", xh.device(), " is ", cc.first, ".", cc.second);
   exl3::GemmParams p{};
-  Tensor y = gemm_setup(p, "gemm_wgmma_rs", xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, false, false);
+  // `cluster`: split 2..16 reduce inside a thread block cluster (gemm_setup sets p.cluster; acc is then not touched)
+  Tensor y = gemm_setup(p, "gemm_wgmma_rs", xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl, false, cluster);
   TORCH_CHECK(p.k % 64 == 0, "exl3_kernels.gemm_wgmma_rs: k = ", p.k, " must be a multiple of 64 (one pipeline stage)");
   // The kernel's cp.async tiers keep per-thread byte offsets in 32 bits (wgmma_rs_gemm.cu, load_x / load_t): x rows up
   // to 63 x 2k bytes, trellis tile rows tr x n x K2 bytes with tr x K2 < 64 for every chunk index a thread computes (tr
@@ -435,7 +437,7 @@ Tensor gemm_wgmma_rs(const Tensor& xh, const std::vector<Tensor>& trellis, const
   for (int i = 0; i < p.num_shards; ++i)
     TORCH_CHECK(p.shard[i].n <= (1 << 24), "exl3_kernels.gemm_wgmma_rs: shard ", i, " has n = ", p.shard[i].n,
                 ", more than this kernel's 16777216 columns");
-  if (p.acc == nullptr) {  // split 1: gemm_setup checked nothing, but this kernel always reduces through acc
+  if (p.acc == nullptr && !p.cluster) {  // split 1: gemm_setup checked nothing, but this kernel reduces through acc
     TORCH_CHECK(acc.scalar_type() == at::kFloat && acc.is_contiguous() && acc.device() == xh.device() &&
                     acc.numel() >= static_cast<int64_t>(p.m) * p.n_total,
                 "exl3_kernels.gemm_wgmma_rs: needs a zeroed fp32 accumulator of at least ", static_cast<int64_t>(p.m) * p.n_total,
@@ -443,7 +445,8 @@ Tensor gemm_wgmma_rs(const Tensor& xh, const std::vector<Tensor>& trellis, const
     check_aligned(acc, 16, "gemm_wgmma_rs", "acc");
     p.acc = acc.data_ptr<float>();
   }
-  set_tile_flags(p, "gemm_wgmma_rs", tile_flags, bm, xh.device(), true);  // its partial sums go through acc at every split
+  // its partial sums go through acc at every split, except in a cluster
+  set_tile_flags(p, "gemm_wgmma_rs", tile_flags, bm, xh.device(), !p.cluster);
   c10::cuda::CUDAGuard guard(xh.device());
   if (p.m > 0)
     check_cuda(exl3::launch_gemm_wgmma_rs(p, static_cast<int>(codebook), static_cast<int>(bm),
@@ -689,8 +692,9 @@ TORCH_LIBRARY(exl3_kernels, m) {
   // The register-A Hopper GEMM (BM 8, 16, 32, 64, 128; sm_90a, compute capability 9.0 only): as gemm, but `acc` is used
   // (and must be large enough) at every split, split 1 included.
   // `tile_flags` as in gemm (ceil(m / bm) x n / 128 counters): the kernel writes y itself at every split.
+  // `cluster` as in gemm (split 2..16 on compute capability 9.0): `acc` and `tile_flags` are then not used.
   m.def("gemm_wgmma_rs(Tensor xh, Tensor[] trellis, Tensor[] svh, Tensor? bias, int codebook, int bm, int split, "
-        "Tensor acc, ScalarType out_dtype, bool pdl=False, Tensor? tile_flags=None) -> Tensor");
+        "Tensor acc, ScalarType out_dtype, bool pdl=False, Tensor? tile_flags=None, bool cluster=False) -> Tensor");
   // `acc` as in gemm: read, then re-zeroed (left as the workspace contract wants it), hence immutable.
   m.def("output_transform(Tensor acc, Tensor[] svh, Tensor? bias, int m, ScalarType out_dtype) -> Tensor");
   // `tma` (bf16 W with transforms, sm_90+): the copy-out of reconstruct_bf16.cu by TMA stores; False keeps its

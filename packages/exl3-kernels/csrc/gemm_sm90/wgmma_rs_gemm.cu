@@ -8,6 +8,11 @@
 // 128-point output Hadamard of a row of y would need a trip through shared memory; the epilogue kernel already does it).
 // With tile counters (GemmParams.tile_flags) the kernel finishes y itself from that shared-memory copy of D: at split 1
 // the block alone, at split > 1 the last split block of the tile to arrive, from the accumulator (exl3/splitk_finish.cuh).
+// With p.cluster (split 2..16, twenty-ninth session) the split blocks of a tile form one thread block cluster and reduce
+// their shared-memory copies of D through distributed shared memory (cluster_finish): one kernel after the input
+// transform, no accumulator, a fixed sum order. Why: at m = 32-128 split-k through the accumulator is finished by the
+// epilogue kernel (tile counters lost there: plan.SPLITK_FINISH_MAX_M), and the 4-6 us between consecutive GEMMs at
+// m = 64 were that kernel plus the next op's input transform (bench/results/profiles/carveout-s28/).
 // Integrated from bench/wgmma_rs_proto.cu (all its checks pass on the H200, 687c547; kernel alone against cuBLAS fp16
 // there, e.g. 4096x11008 m = 64 23.3 us where the op's mma.sync GEMM took 33.3 with its transforms: docs/hopper-gemm.md,
 // "Register-A wgmma").
@@ -97,6 +102,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "exl3/cluster.cuh"
 #include "exl3/codebook.cuh"
 #include "exl3/dispatch.cuh"
 #include "exl3/mma.cuh"
@@ -230,6 +236,39 @@ __device__ __forceinline__ void wgmma_wait_keep(uint32_t& keep, const uint32_t (
       : "memory");
 }
 
+// Split-k in a cluster (p.cluster; the host launches the split blocks of one output tile as a cluster of (1, 1, split),
+// so block z has cluster rank z). Every block has staged its partial sums of the tile in its own T (fp32 [BM][kTRow] at
+// xs0, the layout of the epilogue below). After a cluster barrier (release / acquire: those stores are visible to the
+// other blocks' distributed-shared-memory loads) row r of the tile is finished by the block of rank r % split, warp
+// (r / split) % 8: lane l sums columns 4l..4l+3 of the row over ranks 0, 1, .., nonempty - 1 in that order (one 16-byte
+// ld.shared::cluster per rank; a warp reads one 512-byte row of a remote T, conflict-free as the local copy-out) and
+// runs the output Hadamard, svh, bias and one rounding (finish_row4). Ranks >= nonempty are the empty last slices of
+// k16_per_split rounding: they stage nothing and are not read, but take their share of the rows and reach both
+// barriers. The second barrier (relaxed: nothing to order behind the y stores) keeps every block's T alive until all
+// remote loads are done. No accumulator, no atomics, no epilogue kernel, and a fixed sum order: bit-identical from run
+// to run (the mma.sync form of the same reduction: csrc/gemm/gemm_kernel.cuh, "Split-k in a cluster").
+template <int kTRow>
+__device__ __forceinline__ void cluster_finish(const GemmParams& p, const GemmShard& sh, uint32_t t_base, int col0, int m0,
+                                               int rows, int nonempty, int warp, int lane) {
+  if (cluster_size() != static_cast<uint32_t>(p.split)) __trap();  // launched without the cluster attribute: a host bug
+  cluster_sync_all();
+  const int rank = static_cast<int>(cluster_rank());
+  for (int r = rank + p.split * warp; r < rows; r += p.split * (kThreads / 32)) {
+    const uint32_t a = t_base + 4u * (r * kTRow + 4 * lane);
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int z = 0; z < nonempty; ++z) {
+      const float4 t = cluster_ld_f32x4(a, static_cast<uint32_t>(z));
+      v[0] += t.x;
+      v[1] += t.y;
+      v[2] += t.z;
+      v[3] += t.w;
+    }
+    finish_row4(v, lane, sh, col0 + 4 * lane, p.bias, p.y, static_cast<int64_t>(m0 + r) * p.n_total + col0 + 4 * lane,
+                p.y_bf16);
+  }
+  cluster_sync_all_relaxed();
+}
+
 // One block: column block nb0 + blockIdx.x of the fused output (inside one shard of K2 = 2K), row block blockIdx.y, k
 // slice blockIdx.z. One kernel per (codebook, K2, BM): with all K bodies behind a runtime switch in one kernel (the
 // dispatch_k2 of the other GEMMs) ptxas spilled 392 bytes at BM 128 and 76 at BM 32 (mcg), against 0 and 0 for the K = 4
@@ -253,7 +292,18 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
   const int sps = p.k16_per_split / 4;  // 64-k stages per split (k16_per_split is a multiple of 4)
   const int s_begin = blockIdx.z * sps;
   const int ns = min(sps, p.k / kBK - s_begin);
-  if (ns <= 0) return;  // an empty last split (k16_per_split rounding): nothing to add
+  // T (the staged D tile of the epilogue): BM rows of kTRow = 132 floats (128 + 4 of padding) at xs0
+  constexpr int kTRow = 132;
+  if (ns <= 0) {  // an empty last split (k16_per_split rounding): nothing to add
+    if (p.cluster) {  // ... but in a cluster it takes its share of the tile's rows and reaches the cluster barriers
+      pdl_wait();  // before its first store to y (y may reuse memory the kernel before still reads)
+      pdl_launch_dependents();
+      cluster_finish<kTRow>(p, sh, xs0, col0, m0, min(BM, p.m - m0), (p.k / kBK + sps - 1) / sps, warp, lane);
+      tl_mark_finisher(p, true);
+      tl_stamp<kTlExit>(p);
+    }
+    return;
+  }
   const int tn0 = (col0 - sh.col_offset) / 16, ntiles = sh.n / 16;
 
   // The ring slot of each body is a compile-time constant because the loop runs kStages stages per iteration from
@@ -472,7 +522,6 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
   // 512 contiguous bytes (rows start 528 = 33 x 16 bytes apart, so 16-byte aligned).
   // T needs 528 BM bytes: the x ring (512 BM) and the start of the trellis ring (>= 4 x 512 bytes) behind it, both
   // idle once every wgmma has completed and every copy has landed (the waits and the barrier below).
-  constexpr int kTRow = 132;
   static_assert(kTRow * 4 * BM <= S * (C::kXStage + t_stage_bytes(K2)), "T fits the pipeline's shared memory");
   if constexpr (M::kAnyCp) cp_async_wait<0>();
   __syncthreads();  // every copy landed (each issued bulk stage's full[] was waited on) and every wgmma completed
@@ -486,6 +535,13 @@ __global__ void __launch_bounds__(kThreads, Cfg<BM>::kMinBlocks)
   }
   __syncthreads();
   const int rows = min(BM, p.m - m0);
+  if (p.cluster) {  // split-k in a cluster: the tile's rows shared out over the split blocks (cluster_finish)
+    tl_stamp<kTlPartials>(p);
+    cluster_finish<kTRow>(p, sh, xs0, col0, m0, rows, (p.k / kBK + sps - 1) / sps, warp, lane);
+    tl_mark_finisher(p, true);
+    tl_stamp<kTlExit>(p);
+    return;
+  }
   // With tile counters (p.tile_flags) the tile is finished here, not by the split-k epilogue kernel: at split 1 this
   // block holds the whole sum and writes y from T; at split > 1 the last non-empty split block to arrive reads the sum
   // back from the accumulator (exl3/splitk_finish.cuh; the empty last slices returned before their k loop).
@@ -547,6 +603,18 @@ cudaError_t launch_k2_bm(const RsParams& rp, int nblocks, cudaStream_t stream) {
   // per-K grids can be smaller than the SM count where the layer's is not.
   const bool pdl = p.pdl != 0 && image_pdl &&
                    static_cast<int64_t>(grid.x) * grid.y * grid.z >= current_sm_count(dev);
+  if (p.cluster) {
+    // clusters above 8 blocks need the non-portable opt-in (sm_90 allows 16); set once per device, as above
+    static std::atomic<unsigned> cluster_attr_mask{0};
+    if (p.split > 8 && (dev >= 32 || !((cluster_attr_mask.load(std::memory_order_relaxed) >> dev) & 1u))) {
+      const cudaError_t e =
+          cudaFuncSetAttribute(wgmma_rs_kernel<CB, K2, BM>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      if (e != cudaSuccess) return e;
+      if (dev < 32) cluster_attr_mask.fetch_or(1u << dev, std::memory_order_relaxed);
+    }
+    return launch_maybe_pdl_cluster(wgmma_rs_kernel<CB, K2, BM>, grid, dim3(kThreads), smem_bytes<BM>(K2), stream, pdl,
+                                    p.split, rp);
+  }
   return launch_maybe_pdl(wgmma_rs_kernel<CB, K2, BM>, grid, dim3(kThreads), smem_bytes<BM>(K2), stream, pdl, rp);
 }
 
@@ -605,7 +673,8 @@ bool gemm_wgmma_rs_built(int codebook, int bm) {
 
 cudaError_t launch_gemm_wgmma_rs(const GemmParams& p, int codebook, int bm, cudaStream_t stream) {
   if (!gemm_wgmma_rs_built(codebook, bm) || p.num_shards < 1 || p.m <= 0 || p.k % rs::kBK != 0 ||
-      p.n_total % rs::kBN != 0 || p.acc == nullptr || p.k16_per_split % 4 != 0)
+      p.n_total % rs::kBN != 0 || (p.acc == nullptr && !p.cluster) || p.k16_per_split % 4 != 0 ||
+      (p.cluster && (p.split < 2 || p.split > 16 || p.tile_flags != nullptr)))
     return cudaErrorInvalidValue;
   // the bulk copies need 16-byte aligned trellis rows (tile rows are 64 K2-byte multiples apart; the 16-byte cp.async
   // before them had the same requirement)
@@ -627,9 +696,10 @@ cudaError_t launch_gemm_wgmma_rs(const GemmParams& p, int codebook, int bm, cuda
 #if EXL3_WGMMA_CB_MASK & 4
   if (codebook == 2) e = rs::launch_cb<2>(rp, bm, stream);
 #endif
-  // every split without tile counters: output Hadamard, svh, bias; re-zeroes acc (with them the kernel finished y)
-  if (e == cudaSuccess && p.tile_flags == nullptr) e = launch_output_transform(p, stream);
-  if (e != cudaSuccess) {
+  // every split without tile counters or a cluster: output Hadamard, svh, bias; re-zeroes acc (with them the kernel
+  // finished y)
+  if (e == cudaSuccess && p.tile_flags == nullptr && !p.cluster) e = launch_output_transform(p, stream);
+  if (e != cudaSuccess && p.acc != nullptr) {
     // a launch after the first (a later K run, or the epilogue) failed after sums were added: leave the process-wide
     // accumulator zero, as every later split-k call expects (review of b10f4c7)
     cudaMemsetAsync(p.acc, 0, sizeof(float) * static_cast<size_t>(p.m) * p.n_total, stream);

@@ -121,7 +121,7 @@ def _register_fakes() -> None:
 
     if hasattr(torch.ops.exl3_kernels, "gemm_wgmma_rs"):  # libraries built before the register-A GEMM lack the op
         @torch.library.register_fake(lib + "gemm_wgmma_rs")
-        def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl=False, tile_flags=None):
+        def _(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype, pdl=False, tile_flags=None, cluster=False):
             n_total = sum(t.shape[1] * 16 for t in trellis)
             return xh.new_empty((xh.shape[1], n_total), dtype=out_dtype)
 
@@ -403,7 +403,7 @@ def wgmma_has_stream_k() -> bool:
 
 def gemm_wgmma_rs(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], bias: torch.Tensor | None,
                   codebook: int, bm: int, split: int, acc: torch.Tensor, out_dtype: torch.dtype,
-                  tile_flags: torch.Tensor | None = None) -> torch.Tensor:
+                  tile_flags: torch.Tensor | None = None, cluster: bool = False) -> torch.Tensor:
     """The register-A Hopper trellis GEMM (csrc/gemm_sm90/wgmma_rs_gemm.cu): the decoded trellis is the wgmma A
     operand from registers, ``xh`` the B operand from shared memory; BM (``bm``) = 8, 16, 32, 64 or 128 rows per block.
 
@@ -412,16 +412,33 @@ def gemm_wgmma_rs(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch
     zeros. Needs :func:`wgmma_rs_usable` (built for ``codebook``, compute capability 9.0). PDL as in :func:`gemm`.
     ``tile_flags`` (as :func:`gemm`, at every split here): the kernel writes y itself, from its own partial sums at
     split 1 (``acc`` untouched) and by the last split block of each tile at split > 1; no epilogue kernel runs.
+    ``cluster`` (split 2..16; explicit only, CUDA_EXL3_CLUSTER does not apply here): the split blocks of each output
+    tile form a thread block cluster and reduce through distributed shared memory inside the GEMM
+    (csrc/gemm_sm90/wgmma_rs_gemm.cu, cluster_finish): ``acc`` and ``tile_flags`` are not used (any fp32 CUDA tensor
+    will do for ``acc``), no epilogue kernel runs, and reruns are bit-identical. Ignored at split 1.
 
     Raises:
         RuntimeError when the library has no such kernel for the codebook and BM, the device is not 9.0, the
-        accumulator is too small, or on the argument checks of :func:`gemm`.
+        accumulator is too small, ``cluster=True`` with a library whose op predates it (:func:`wgmma_rs_has_cluster`),
+        or on the argument checks of :func:`gemm`.
     """
+    if cluster and split > 1:
+        if not wgmma_rs_has_cluster():
+            raise RuntimeError("exl3_kernels.gemm_wgmma_rs: cluster=True needs a library whose register-A GEMM has the "
+                               "cluster split-k (this one predates it)")
+        return torch.ops.exl3_kernels.gemm_wgmma_rs(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype,
+                                                    env.get_bool("PDL", True), None, True)
     if tile_flags is not None and has_tile_flags():
         return torch.ops.exl3_kernels.gemm_wgmma_rs(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype,
                                                     env.get_bool("PDL", True), tile_flags)
     return torch.ops.exl3_kernels.gemm_wgmma_rs(xh, trellis, svh, bias, codebook, bm, split, acc, out_dtype,
                                                 env.get_bool("PDL", True))
+
+
+def wgmma_rs_has_cluster() -> bool:
+    """Whether the loaded library's register-A GEMM takes ``cluster`` (split-k inside a thread block cluster; libraries
+    before the twenty-ninth session's do not). False without the op."""
+    return load() and hasattr(torch.ops.exl3_kernels, "gemm_wgmma_rs") and _op_has_arg("gemm_wgmma_rs", "cluster")
 
 
 def wgmma_rs_usable(device: torch.device | str, codebook: int) -> bool:

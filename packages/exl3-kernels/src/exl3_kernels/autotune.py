@@ -107,8 +107,10 @@ def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...
     (CUDA_EXL3_BM does not apply to it); pinning gemm over a tuned wgmma plan takes the largest BM tier of the build
     (``built_bm``). A pinned BM other than the plan's or a pinned split turns a fused plan into the plain GEMM. In deterministic
     mode a pinned plan never uses atomics: a gemm split 2..16 reduces in a cluster where ``cluster_splitk`` (else split
-    1), a wgmma or wgmma_rs split becomes 1. CUDA_EXL3_PATH=wgmma_rs keeps the plan's BM where it is an RS tier (else
-    the largest, RS_BM_TIERS), and a pinned CUDA_EXL3_BM applies to it when it is one."""
+    1), and so does a wgmma_rs split where the library's register-A GEMM has the cluster form
+    (:func:`_ops.wgmma_rs_has_cluster`); a wgmma split becomes 1. CUDA_EXL3_PATH=wgmma_rs keeps the plan's BM where it
+    is an RS tier (else the largest, RS_BM_TIERS) and its cluster flag when the plan already was a wgmma_rs one, and a
+    pinned CUDA_EXL3_BM applies to it when it is one."""
     path, bm, split = env.get("PATH"), env.get_int("BM"), env.get_int("SPLIT")
     lohi = env.get("LOHI")
     if path:
@@ -118,7 +120,7 @@ def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...
             p = replace(p, path=path, bm=WGMMA_BM, lohi=False)
         elif path == "wgmma_rs":
             p = replace(p, path=path, bm=p.bm if p.bm in RS_BM_TIERS else max(RS_BM_TIERS), lohi=False,
-                        cluster=False, fused_it=False, stream_k=False)
+                        cluster=p.cluster and p.path == "wgmma_rs", fused_it=False, stream_k=False)
         elif path == "gemm" and p.path in ("wgmma", "wgmma_rs"):
             p = replace(p, path=path, bm=max(built_bm), stream_k=False)
         else:
@@ -140,7 +142,8 @@ def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...
         else:
             p = replace(p, bm=min(built_bm), lohi=False)
     if env.get_bool("DETERMINISTIC") and p.split > 1 and (path or bm is not None or split is not None):
-        if p.path == "gemm" and cluster_splitk and p.split <= CLUSTER_MAX_SPLIT:
+        if (cluster_splitk and p.split <= CLUSTER_MAX_SPLIT
+                and (p.path == "gemm" or (p.path == "wgmma_rs" and _ops.wgmma_rs_has_cluster()))):
             p = replace(p, cluster=True)
         elif p.path in ("gemm", "wgmma", "wgmma_rs"):
             p = replace(p, split=1, cluster=False)
@@ -268,7 +271,7 @@ def kernel_count(p: Plan, cluster_forced: bool = False, m: int = 1) -> int:
         return 4
     finish = splitk_finish_on(m)  # split-k finished inside the GEMM (tile counters): no epilogue kernel
     if p.path == "wgmma_rs":  # input transform, GEMM, and the split-k epilogue at every split unless the GEMM finishes
-        return 2 if finish else 3
+        return 2 if finish or (p.cluster and p.split > 1) else 3  # (in a cluster it always does)
     via_acc = p.split > 1 and not p.cluster and not (cluster_forced and p.path == "gemm")
     return (0 if p.fused_it else 1) + 1 + (1 if via_acc and not (finish and p.path == "gemm") else 0)
 
@@ -285,11 +288,12 @@ def splitk_finish_on(m: int) -> bool:
 def _key(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, deterministic: bool) -> tuple:
     """Cache key of a plan: (shape, m bucket, dtype, device, deterministic mode, then every variable that changes the
     candidates or their timings: CUDA_EXL3_CLUSTER unset / 0 / 1 (which split-k plans exist and how the accumulator
-    plans run), FUSED_IT, WGMMA, WGMMA_RS, PDL, SPLITK_FINISH, SPLITK_WORKSPACE_MB (which split-k plans fit), RECON_MIN_M (the
+    plans run), FUSED_IT, WGMMA, WGMMA_RS, WGMMA_RS_CLUSTER, WGMMA_SK, PDL, SPLITK_FINISH, SPLITK_WORKSPACE_MB (which split-k plans fit), RECON_MIN_M (the
     cost model's dense-path threshold), AUTOTUNE_GRAPH (how candidates are timed) and LOHI (=0 times no lohi plan)). Changing one of them in a running
     process gives new plans instead of stale ones."""
     return (shape, m_bucket(m), dtype, device, deterministic, cluster_mode(), env.get_bool("FUSED_IT", True),
-            env.get_bool("WGMMA", True), env.get_bool("WGMMA_RS", True), env.get_bool("WGMMA_SK", True),
+            env.get_bool("WGMMA", True), env.get_bool("WGMMA_RS", True), env.get_bool("WGMMA_RS_CLUSTER", True),
+            env.get_bool("WGMMA_SK", True),
             env.get_bool("PDL", True), env.get_bool("SPLITK_FINISH", True),
             env.get_int("SPLITK_WORKSPACE_MB", 64),
             env.get_int("RECON_MIN_M", 1024), env.get_bool("AUTOTUNE_GRAPH", False), env.get("LOHI") or "")
@@ -330,6 +334,9 @@ def choose(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, 
             cands = candidates(shape, m, sm_count(device), acc_capacity, built_bm, deterministic, lohi_bm, wgmma,
                                cluster_splitk and cluster_mode() is None, fused_it, wgmma_rs, wgmma and wgmma_sk,
                                fused_it and _ops.gemm_x_has_lohi())
+            # a library whose register-A GEMM predates the cluster form, or CUDA_EXL3_WGMMA_RS_CLUSTER=0
+            if not (env.get_bool("WGMMA_RS_CLUSTER", True) and _ops.wgmma_rs_has_cluster()):
+                cands = [c for c in cands if not (c.path == "wgmma_rs" and c.cluster)]
             if base not in cands:
                 cands.append(base)
             graph = m_bucket(m) <= GRAPH_MAX_M and env.get_bool("AUTOTUNE_GRAPH", False)

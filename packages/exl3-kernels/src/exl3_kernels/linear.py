@@ -16,7 +16,7 @@ On CUDA the op picks a plan per (layer shape, m bucket) (:mod:`.autotune`):
 - "wgmma": as "gemm" with the Hopper wgmma kernel (BM 256; compute capability 9.0 only, autotuned from m = 128);
 - "wgmma_rs": input transform, the register-A Hopper GEMM (BM 8-128, the decoded trellis as the wgmma A operand;
   compute capability 9.0 only, autotuned up to m = 256), split-k epilogue at every split (at m <= 16 the kernel
-  finishes y itself).
+  finishes y itself; its cluster plans, m = 32-256, reduce split-k inside a thread block cluster and write y).
 On CPU (and any device without the compiled library) it runs the pure-torch reference
 (:mod:`exl3_kernels.reference`), which is also what every kernel is tested against.
 
@@ -196,13 +196,18 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
             else:
                 outs.append(torch.mm(x2, w))
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
-    if plan.path == "wgmma_rs" and x2.shape[0] * sum(t.shape[1] * 16 for t in trellis) > workspace.splitk_capacity():
+    rs_cluster = plan.path == "wgmma_rs" and plan.cluster and plan.split > 1
+    if (plan.path == "wgmma_rs" and not rs_cluster
+            and x2.shape[0] * sum(t.shape[1] * 16 for t in trellis) > workspace.splitk_capacity()):
         # a pinned wgmma_rs plan (the autotuner never offers one that does not fit, plan.rs_plans) at an m whose outputs
         # exceed the accumulator, which this kernel needs at every split: the mma.sync GEMM at split 1 instead
         _warn_rs_fallback(x2.shape[0])
         plan = Plan("gemm", max(b for cb, b in _ops.built_instances() if cb == codebook), 1)
-    if plan.path == "wgmma_rs":  # the kernel reduces through the accumulator at every split
+    if plan.path == "wgmma_rs":  # the kernel reduces through the accumulator at every split, or in a cluster
         xh = _ops.input_transform(x2, suh)
+        if rs_cluster:  # no accumulator (any fp32 tensor stands in) and no tile counters
+            return _ops.gemm_wgmma_rs(xh, trellis, svh, bias32, codebook, plan.bm, plan.split,
+                                      workspace.splitk_acc(x2.device), x2.dtype, cluster=True)
         return _ops.gemm_wgmma_rs(xh, trellis, svh, bias32, codebook, plan.bm, plan.split,
                                   workspace.splitk_acc(x2.device), x2.dtype,
                                   tile_flags=_tile_flags(x2, trellis, plan.bm))

@@ -25,8 +25,10 @@ SK_MAX_BLOCKS = 1024  # stream-k blocks per call at most: the fixed flag region 
 WGMMA_MIN_M = 128
 # The register-A Hopper GEMM (csrc/gemm_sm90/wgmma_rs_gemm.cu): the decoded trellis as the wgmma A operand, xh as B;
 # BM tiers and resident blocks per SM (its __launch_bounds__), offered to the autotuner up to RS_MAX_M outside
-# deterministic mode when the library has it and the device is compute capability 9.0. Its partial sums always go
-# through the accumulator (splitk_epilogue applies the output transform), so every plan of it needs the accumulator.
+# deterministic mode when the library has it and the device is compute capability 9.0. Its partial sums go through the
+# accumulator (splitk_epilogue applies the output transform), so every plan of it needs the accumulator, except its
+# cluster plans (split 2..CLUSTER_PLAN_MAX_SPLIT, m in [CLUSTER_MIN_M, CLUSTER_MAX_M]: the split blocks of a tile reduce
+# through distributed shared memory, wgmma_rs_gemm.cu cluster_finish).
 # Kernel alone on the H200 (bench/wgmma_rs_proto.cu, bench/results/profiles/wgmma-rs-proto-s12/, K = 4 mcg, no
 # transforms): 4096x11008 m = 64 23.3 us, m = 128 32.9, against 33.3 / 49.6 us for the op of gemm-319a3a1-k4.
 RS_BM_TIERS = (8, 16, 32, 64, 128)
@@ -61,7 +63,7 @@ class Plan:
     same, exllamav3 1.6.5 exllamav3/modules/quant/exl3.py), "reconstruct_n" (input transform on the
     activations, the output transform and svh folded into the dense weight, cuBLAS writes y), "wgmma" (the
     Hopper trellis GEMM, sm_90a: ``split`` used, ``bm`` always WGMMA_BM) or "wgmma_rs" (the register-A Hopper GEMM,
-    sm_90a: ``bm`` in RS_BM_TIERS and ``split`` used, partial sums always through the accumulator)."""
+    sm_90a: ``bm`` in RS_BM_TIERS and ``split`` used, partial sums through the accumulator unless ``cluster``)."""
 
     path: str
     bm: int = 16
@@ -75,7 +77,7 @@ class Plan:
         if self.path == "wgmma":
             return "wgmma(sk)" if self.stream_k else f"wgmma(split={self.split})"
         if self.path == "wgmma_rs":
-            return f"wgmma_rs(bm={self.bm},split={self.split})"
+            return f"wgmma_rs(bm={self.bm},split={self.split}{',cluster' if self.cluster else ''})"
         if self.path != "gemm":
             return self.path
         return f"gemm(bm={self.bm},split={self.split}{',lohi' if self.lohi else ''}{',cluster' if self.cluster else ''}{',it' if self.fused_it else ''})"
@@ -184,6 +186,12 @@ DET_WGMMA_MAX_M = 256  # buckets 128 and 256
 # point measured (m = 1-16, all five shapes, two rounds: +0.5-3 us); above, split-k plans are rarely chosen.
 CLUSTER_MIN_M = 32
 CLUSTER_MAX_M = 256
+# The register-A GEMM's cluster plans stop at split RS_CLUSTER_MAX_SPLIT. In the autotuner's first-pass timings on the
+# H200 (twenty-ninth session, five shapes, m = 32-256, K = 4, two rounds; bench/results/profiles/rs-cluster-s29/) a
+# cluster plan against the same BM and split through the accumulator: split 2 faster in 57 of 70 pairs (median ratio
+# 0.969), split 4 in 24 of 62 (1.09), split 8 in 3 of 50 (1.15), splits 3, 5 and 6 (the one-wave fits) in none of 20
+# (1.04-1.57); only splits 2 and 4 came within 3% of a point's best plan (5 and 2 times of 70).
+RS_CLUSTER_MAX_SPLIT = 4
 # The GEMM with the input transform inside (BM16) is timed for m <= FUSED_IT_MAX_M: each 128-column block of the output
 # redoes the transform of its rows and k slice, ~1% of the decode work at m = 1 and ~20% at m = 16. Its k slices hold
 # at most FUSED_IT_MAX_SLICE columns (shared memory; _ops.fused_it_slice, params.h kFusedMaxK16).
@@ -210,14 +218,15 @@ def fused_it_slice(k: int, split: int) -> int:
     return -(-per16 // 8) * 8 * 16
 
 
-def cluster_splits(shape: LayerShape, m: int, bm: int, sm_count: int, acc_capacity: int) -> list[int]:
+def cluster_splits(shape: LayerShape, m: int, bm: int, sm_count: int, acc_capacity: int,
+                   blocks_per_sm: dict[int, int] = BLOCKS_PER_SM) -> list[int]:
     """Split-k factors worth timing with the cluster reduction: 2, 4, 8 and the largest split whose grid fits one
-    wave of resident blocks, each within CLUSTER_PLAN_MAX_SPLIT and :func:`max_split` (no accumulator traffic, so no
-    traffic rule, and no accumulator: the op does not check its size for a cluster launch, so layers wider than the
-    workspace, such as the lm_head at m = 256, get cluster plans too; ``acc_capacity`` is unused and kept for the
-    callers' uniform signature)."""
+    wave of resident blocks (``blocks_per_sm``: resident blocks per SM by BM of the kernel in question), each within
+    CLUSTER_PLAN_MAX_SPLIT and :func:`max_split` (no accumulator traffic, so no traffic rule, and no accumulator: the
+    op does not check its size for a cluster launch, so layers wider than the workspace, such as the lm_head at
+    m = 256, get cluster plans too; ``acc_capacity`` is unused and kept for the callers' uniform signature)."""
     blocks = (shape.n_total // 128) * math.ceil(m / bm)
-    cap = BLOCKS_PER_SM.get(bm, 2) * sm_count
+    cap = blocks_per_sm.get(bm, 2) * sm_count
     top = min(CLUSTER_PLAN_MAX_SPLIT, max_split(shape))
     return sorted(s for s in {2, 4, 8, cap // blocks} if 2 <= s <= top)
 
@@ -313,17 +322,26 @@ def candidate_splits(shape: LayerShape, m: int, bm: int, sm_count: int, acc_capa
     return splits
 
 
-def rs_plans(shape: LayerShape, m: int, sm_count: int, acc_capacity: int) -> list[Plan]:
+def rs_plans(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, cluster: bool = False) -> list[Plan]:
     """Register-A wgmma GEMM plans worth timing for m <= RS_MAX_M: the RS tier covering m and the one below it (when
     it holds at least half of m), each at split 1, the powers of two while the grid stays within 16 blocks per SM, and
-    the whole-wave fits (:func:`wave_splits` with RS_BLOCKS_PER_SM), within :func:`max_split`. None when the
+    the whole-wave fits (:func:`wave_splits` with RS_BLOCKS_PER_SM), within :func:`max_split`. None of these when the
     accumulator cannot hold the bucket's largest m (the kernel needs it at every split); split-k factors must also pass
-    :func:`splitk_allowed`."""
-    if m > RS_MAX_M or m_bucket(m) * shape.n_total > acc_capacity:
+    :func:`splitk_allowed`. With ``cluster`` (the library's register-A GEMM reduces split-k in a thread block cluster
+    and the device can) and m in [CLUSTER_MIN_M, CLUSTER_MAX_M], also the cluster plans of those tiers at
+    :func:`cluster_splits` (with RS_BLOCKS_PER_SM) up to RS_CLUSTER_MAX_SPLIT (no accumulator needed)."""
+    if m > RS_MAX_M:
         return []
+    acc_ok = m_bucket(m) * shape.n_total <= acc_capacity
     top = pick_bm(m, RS_BM_TIERS)
     out: list[Plan] = []
     for bm in sorted({top} | {b for b in RS_BM_TIERS if m / 2 <= b <= top}):
+        if cluster and CLUSTER_MIN_M <= m <= CLUSTER_MAX_M:
+            out += [Plan("wgmma_rs", bm, s, cluster=True)
+                    for s in cluster_splits(shape, m, bm, sm_count, acc_capacity, RS_BLOCKS_PER_SM)
+                    if s <= RS_CLUSTER_MAX_SPLIT]
+        if not acc_ok:
+            continue
         blocks = (shape.n_total // 128) * math.ceil(m / bm)
         splits = {1}
         s = 2
@@ -357,7 +375,7 @@ def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
     the three dense paths for m >= 64, and with ``cluster_splitk`` (the device and library reduce split-k inside a
     thread block cluster) the cluster plans of :func:`cluster_splits` for m in [CLUSTER_MIN_M, CLUSTER_MAX_M]
     outside deterministic mode (where the cost model plans them), with ``wgmma_rs`` (the register-A Hopper GEMM is
-    usable) its :func:`rs_plans` outside deterministic mode, and with ``fused_it`` (the library has the GEMM with
+    usable) its :func:`rs_plans` outside deterministic mode (its cluster plans too with ``cluster_splitk``), and with ``fused_it`` (the library has the GEMM with
     the input transform inside) its BM16 plans for m <= FUSED_IT_MAX_M at the splits whose k slice fits
     FUSED_IT_MAX_SLICE (through the accumulator, and in a cluster at splits 2..CLUSTER_PLAN_MAX_SPLIT with
     ``cluster_splitk``), and with ``wgmma_sk`` (the library's wgmma GEMM has stream-k and it is not switched off) the
@@ -380,7 +398,7 @@ def candidates(shape: LayerShape, m: int, sm_count: int, acc_capacity: int,
         if fused_swap and not deterministic:
             out += fused_it_plans(shape, m, sm_count, acc_capacity, swap_splits, False, bm=SWAP_BM)
     if wgmma_rs and not deterministic:
-        out += rs_plans(shape, m, sm_count, acc_capacity)
+        out += rs_plans(shape, m, sm_count, acc_capacity, cluster_splitk)
     if wgmma and m >= WGMMA_MIN_M:
         out += [Plan("wgmma", WGMMA_BM, s)
                 for s in candidate_splits(shape, m, WGMMA_BM, sm_count, acc_capacity, deterministic)]

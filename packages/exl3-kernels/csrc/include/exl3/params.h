@@ -42,9 +42,10 @@ struct GemmParams {
   int split;          // number of k slices (gridDim.z); 1 = epilogue in the GEMM kernel
   int k16_per_split;  // trellis tile rows per slice, a multiple of kBK / 16
   int pdl;            // 1: launch the GEMM and the split-k epilogue with programmatic dependent launch (sm_90+)
-  int cluster;        // 1 (split > 1, sm_90+, mma.sync GEMM only): the split blocks of an output tile form a thread
-                      // block cluster and reduce through distributed shared memory; acc is not touched and no
-                      // epilogue kernel runs (gemm_kernel.cuh, "Split-k in a cluster")
+  int cluster;        // 1 (split > 1, sm_90+; the mma.sync and register-A GEMMs): the split blocks of an output tile
+                      // form a thread block cluster and reduce through distributed shared memory; acc is not touched
+                      // and no epilogue kernel runs (gemm_kernel.cuh, "Split-k in a cluster"; wgmma_rs_gemm.cu,
+                      // cluster_finish)
   int fused_it;       // 1 (mma.sync GEMM: BM16 plain, BM 8 lohi): the input transform runs inside the GEMM: each block builds
                       // had128(x * suh) of its rows and k slice straight into shared memory (gemm_kernel.cuh,
                       // "Input transform inside the GEMM"); shard[].xh unused, k16_per_split % 8 == 0
