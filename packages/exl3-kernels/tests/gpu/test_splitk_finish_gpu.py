@@ -104,6 +104,31 @@ def test_tile_counters_match_the_epilogue_kernel(k, split, m):
     assert ran > 0
 
 
+@pytest.mark.parametrize("m", [1, 5, 16, 17])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_tile_counters_bit_identical_at_split_2(m, with_bias):
+    """At split 2 the accumulator holds 0 + a + b whichever slice adds first (fp32 addition commutes), so the finishing
+    block and the split-k epilogue kernel round the same sums through the same output Hadamard, svh and bias: y must
+    be bit-identical for every GEMM form, on a fused layer of three shards (the finisher's svh / bias columns are
+    addressed by shard) with and without a bias. A finisher that scales a column with another column's svh or bias, or
+    reorders the arithmetic, fails here where the 2e-3 comparison above would not."""
+    cb = _cb()
+    k2s = [8, 10, 8] if compiled(CBS[cb], 10) else [8, 8, 8]
+    trellis, suh, svh, bias = random_layer(2048, [256, 128, 384], k2s, seed=31 + m, bias=with_bias)
+    x = torch.randn(m, 2048, device="cuda", dtype=torch.bfloat16)
+    ran = 0
+    for kind, bm in _kinds(cb):
+        y0 = _run(kind, x, trellis, suh, svh, bias, CBS[cb], bm, 2, torch.bfloat16, flags=False)
+        y1 = _run(kind, x, trellis, suh, svh, bias, CBS[cb], bm, 2, torch.bfloat16, flags=True)
+        torch.cuda.synchronize()
+        _acc_is_zero()
+        _flags_are_zero()
+        assert torch.count_nonzero(y0).item() > 0, (kind, bm)
+        assert torch.equal(y1.view(torch.int16), y0.view(torch.int16)), (kind, bm, (y1 != y0).sum().item())
+        ran += 1
+    assert ran > 0
+
+
 def test_back_to_back_calls_without_synchronisation():
     """Five calls of different layers (different tile counts and splits) enqueued back to back, each on the counters the
     previous one reset: every output equals its own single call's."""

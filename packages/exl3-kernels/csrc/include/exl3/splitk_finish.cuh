@@ -16,7 +16,8 @@
 //      a bar.red.or (a barrier that also broadcasts thread 0's answer) its warps take the tile's rows (up to 8 rows per
 //      warp loaded before any is finished, see splitk_arrive_and_finish): lane l loads columns 4l..4l+3 of a row from the accumulator
 //      (ld.global.cg: from L2, never a stale L1 line), writes zeros back (the workspace contract), and runs the same
-//      output Hadamard, svh, bias and rounding as the split-k epilogue kernel (finish_row4). The sum order of the
+//      output Hadamard, svh, bias and rounding as the split-k epilogue kernel (finish_row4's arithmetic; svh and bias
+//      were loaded before step 2, see splitk_arrive_and_finish). The sum order of the
 //      reductions is the hardware's, as with the epilogue kernel: not deterministic (deterministic mode never plans
 //      split-k through the accumulator).
 // `expected` is the number of split blocks of the tile that arrive: the GEMM's empty last slices arrive too (they add
@@ -32,23 +33,47 @@
 
 namespace exl3 {
 
+// svh and bias of the 4 columns [col, col + 4) of one lane (lane l of a warp holds columns 4l..4l+3 of a 128-column
+// block), as fp32: the same for every row of the tile, so a finisher loads them once per lane (load_col_scale) and
+// applies them to each row (finish_row4_scaled). has_bias = bias != nullptr; b[] is left unset without a bias.
+struct ColScale {
+  float s[4];
+  float b[4];
+};
+
+__device__ __forceinline__ ColScale load_col_scale(const GemmShard& sh, int col, const float* __restrict__ bias) {
+  ColScale c;
+  const uint2 sv = *reinterpret_cast<const uint2*>(sh.svh + (col - sh.col_offset));
+  const float2 s01 = __half22float2(*reinterpret_cast<const __half2*>(&sv.x));
+  const float2 s23 = __half22float2(*reinterpret_cast<const __half2*>(&sv.y));
+  c.s[0] = s01.x; c.s[1] = s01.y; c.s[2] = s23.x; c.s[3] = s23.y;
+  if (bias != nullptr) {
+    const float4 b = *reinterpret_cast<const float4*>(bias + col);
+    c.b[0] = b.x; c.b[1] = b.y; c.b[2] = b.z; c.b[3] = b.w;
+  }
+  return c;
+}
+
+// Output Hadamard, then svh and bias from `c` (load_col_scale of the same lane and columns), one rounding to y's dtype
+// and an 8-byte store at y + y_off. The arithmetic is finish_row4's, operation for operation (bit-identical).
+__device__ __forceinline__ void finish_row4_scaled(float v[4], int lane, const ColScale& c, bool has_bias, void* y,
+                                                   int64_t y_off, int y_bf16) {
+  fwht128_lane4(v, lane);
+  float o0 = v[0] * kRsqrt128 * c.s[0], o1 = v[1] * kRsqrt128 * c.s[1];
+  float o2 = v[2] * kRsqrt128 * c.s[2], o3 = v[3] * kRsqrt128 * c.s[3];
+  if (has_bias) {
+    o0 += c.b[0]; o1 += c.b[1]; o2 += c.b[2]; o3 += c.b[3];
+  }
+  store4_rn(y, y_off, o0, o1, o2, o3, y_bf16);
+}
+
 // Output Hadamard + svh + bias for the 4 columns [col, col + 4) of one row (lane l of a warp holds columns 4l..4l+3 of
 // the row's 128-column block), then one rounding to y's dtype and an 8-byte store at y + y_off.
 __device__ __forceinline__ void finish_row4(float v[4], int lane, const GemmShard& sh, int col,
                                             const float* __restrict__ bias, void* y, int64_t y_off,
                                             int y_bf16) {
-  fwht128_lane4(v, lane);
-  const int sc = col - sh.col_offset;
-  const uint2 sv = *reinterpret_cast<const uint2*>(sh.svh + sc);
-  const float2 s01 = __half22float2(*reinterpret_cast<const __half2*>(&sv.x));
-  const float2 s23 = __half22float2(*reinterpret_cast<const __half2*>(&sv.y));
-  float o0 = v[0] * kRsqrt128 * s01.x, o1 = v[1] * kRsqrt128 * s01.y;
-  float o2 = v[2] * kRsqrt128 * s23.x, o3 = v[3] * kRsqrt128 * s23.y;
-  if (bias != nullptr) {
-    const float4 b = *reinterpret_cast<const float4*>(bias + col);
-    o0 += b.x; o1 += b.y; o2 += b.z; o3 += b.w;
-  }
-  store4_rn(y, y_off, o0, o1, o2, o3, y_bf16);
+  const ColScale c = load_col_scale(sh, col, bias);
+  finish_row4_scaled(v, lane, c, bias != nullptr, y, y_off, y_bf16);
 }
 
 // Tile index of the counter: row block rb (BM rows) of the fused output, 128-column block cb.
@@ -73,6 +98,13 @@ __device__ __forceinline__ int atom_add_acq_rel_gpu(int* addr, int v) {
 template <int kBlockThreads, int kMaxRows>
 __device__ __forceinline__ bool splitk_arrive_and_finish(const GemmParams& p, const GemmShard& sh, int tile, int expected,
                                                          int row0, int rows, int col0) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int col = col0 + 4 * lane;
+  // svh and bias of this lane's columns, issued before the arrival so that their L2 round trip overlaps the barrier and
+  // the counter's atomic instead of following the accumulator loads (finish_row4 loaded them per row after the zeroing
+  // stores, which the compiler cannot move loads above: y, p.acc and svh may alias as far as it knows). Every block
+  // loads them (24 bytes per lane); only the finishing block uses them.
+  const ColScale cs = load_col_scale(sh, col, p.bias);
   __syncthreads();  // every thread's reductions precede thread 0's release in causality order
   int last = 0;
   if (threadIdx.x == 0) {
@@ -87,8 +119,6 @@ __device__ __forceinline__ bool splitk_arrive_and_finish(const GemmParams& p, co
   constexpr int kWarps = kBlockThreads / 32;
   constexpr int kPerWarp = (kMaxRows + kWarps - 1) / kWarps;
   constexpr int kChunk = kPerWarp < 8 ? kPerWarp : 8;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int col = col0 + 4 * lane;
   for (int r0 = warp; r0 < rows; r0 += kWarps * kChunk) {
     float4 t[kChunk];
 #pragma unroll
@@ -108,7 +138,8 @@ __device__ __forceinline__ bool splitk_arrive_and_finish(const GemmParams& p, co
       const int r = r0 + j * kWarps;
       if (r < rows) {
         float v[4] = {t[j].x, t[j].y, t[j].z, t[j].w};
-        finish_row4(v, lane, sh, col, p.bias, p.y, static_cast<int64_t>(row0 + r) * p.n_total + col, p.y_bf16);
+        finish_row4_scaled(v, lane, cs, p.bias != nullptr, p.y, static_cast<int64_t>(row0 + r) * p.n_total + col,
+                           p.y_bf16);
       }
     }
   }
