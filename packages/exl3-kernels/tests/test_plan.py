@@ -853,10 +853,10 @@ def test_rs_pins_and_kernel_count(monkeypatch):
 def test_rs_cluster_plans(shape, m):
     """With ``cluster`` the register-A plans add, for m in [CLUSTER_MIN_M, CLUSTER_MAX_M] only, the cluster plans of
     the same BM tiers at cluster_splits with the register-A kernel's resident blocks (RS_BLOCKS_PER_SM) up to
-    RS_CLUSTER_MAX_SPLIT (2 and 4 here), no
+    those in RS_CLUSTER_SPLITS (2 and 4; never the one-wave fit 3), no
     accumulator needed, so they stay where the accumulator cannot hold the bucket; candidates() passes its
     cluster_splitk on; shown with ",cluster"."""
-    from exl3_kernels.plan import (CLUSTER_MAX_M, CLUSTER_MIN_M, RS_BLOCKS_PER_SM, RS_CLUSTER_MAX_SPLIT,
+    from exl3_kernels.plan import (CLUSTER_MAX_M, CLUSTER_MIN_M, RS_BLOCKS_PER_SM, RS_CLUSTER_SPLITS,
                                    cluster_splits, rs_plans)
 
     plain = rs_plans(shape, m, 132, ACC)
@@ -869,8 +869,11 @@ def test_rs_cluster_plans(shape, m):
     assert cl and {p.bm for p in cl} == {p.bm for p in plain}
     for bm in {p.bm for p in cl}:
         assert sorted(p.split for p in cl if p.bm == bm) == [
-            s for s in cluster_splits(shape, m, bm, 132, ACC, RS_BLOCKS_PER_SM) if s <= RS_CLUSTER_MAX_SPLIT]
-    assert RS_CLUSTER_MAX_SPLIT == 4 and {p.split for p in cl} <= {2, 3, 4}
+            s for s in cluster_splits(shape, m, bm, 132, ACC, RS_BLOCKS_PER_SM) if s in RS_CLUSTER_SPLITS]
+    assert RS_CLUSTER_SPLITS == (2, 4) and {p.split for p in cl} <= {2, 4}
+    if shape == SHAPES[0] and m == 64:  # the one-wave fit of BM 64 is split 3 here, which the register-A form skips
+        assert 3 in cluster_splits(shape, m, 64, 132, ACC, RS_BLOCKS_PER_SM)
+        assert sorted(p.split for p in cl if p.bm == 64) == [2, 4]
     assert all(p.split <= max_split(shape) and p.path == "wgmma_rs" for p in cl)
     assert [p for p in rs_plans(shape, m, 132, 1, cluster=True)] == cl  # no accumulator: only the cluster plans
     with_cl = candidates(shape, m, 132, ACC, wgmma_rs=True, cluster_splitk=True)
@@ -895,6 +898,9 @@ def test_rs_cluster_pins_and_kernel_count(monkeypatch):
     monkeypatch.setenv("CUDA_EXL3_PATH", "wgmma_rs")
     assert autotune._apply_pins(Plan("wgmma_rs", 64, 4, cluster=True)) == Plan("wgmma_rs", 64, 4, cluster=True)
     assert autotune._apply_pins(Plan("gemm", 64, 4, cluster=True)) == Plan("wgmma_rs", 64, 4)
+    monkeypatch.setenv("CUDA_EXL3_PATH", "wgmma")  # the TMA wgmma GEMM reduces through the accumulator only
+    assert autotune._apply_pins(Plan("wgmma_rs", 64, 4, cluster=True)).cluster is False
+    monkeypatch.setenv("CUDA_EXL3_PATH", "wgmma_rs")
     monkeypatch.setenv("CUDA_EXL3_SPLIT", "6")
     monkeypatch.setenv("CUDA_EXL3_DETERMINISTIC", "1")
     monkeypatch.setattr(_ops, "wgmma_rs_has_cluster", lambda: True)

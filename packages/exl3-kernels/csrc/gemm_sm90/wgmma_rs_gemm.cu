@@ -251,6 +251,9 @@ template <int kTRow>
 __device__ __forceinline__ void cluster_finish(const GemmParams& p, const GemmShard& sh, uint32_t t_base, int col0, int m0,
                                                int rows, int nonempty, int warp, int lane) {
   if (cluster_size() != static_cast<uint32_t>(p.split)) __trap();  // launched without the cluster attribute: a host bug
+  // this lane's 4 svh (and bias) values, the same for every row: loaded once, before the barrier, so that their L2 round
+  // trip overlaps the wait for the other ranks (as the tile finisher, splitk_finish.cuh; same arithmetic as finish_row4)
+  const ColScale cs = load_col_scale(sh, col0 + 4 * lane, p.bias);
   cluster_sync_all();
   const int rank = static_cast<int>(cluster_rank());
   for (int r = rank + p.split * warp; r < rows; r += p.split * (kThreads / 32)) {
@@ -263,8 +266,8 @@ __device__ __forceinline__ void cluster_finish(const GemmParams& p, const GemmSh
       v[2] += t.z;
       v[3] += t.w;
     }
-    finish_row4(v, lane, sh, col0 + 4 * lane, p.bias, p.y, static_cast<int64_t>(m0 + r) * p.n_total + col0 + 4 * lane,
-                p.y_bf16);
+    finish_row4_scaled(v, lane, cs, p.bias != nullptr, p.y, static_cast<int64_t>(m0 + r) * p.n_total + col0 + 4 * lane,
+                       p.y_bf16);
   }
   cluster_sync_all_relaxed();
 }

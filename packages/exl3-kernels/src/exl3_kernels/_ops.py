@@ -415,7 +415,8 @@ def gemm_wgmma_rs(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch
     ``cluster`` (split 2..16; explicit only, CUDA_EXL3_CLUSTER does not apply here): the split blocks of each output
     tile form a thread block cluster and reduce through distributed shared memory inside the GEMM
     (csrc/gemm_sm90/wgmma_rs_gemm.cu, cluster_finish): ``acc`` and ``tile_flags`` are not used (any fp32 CUDA tensor
-    will do for ``acc``), no epilogue kernel runs, and reruns are bit-identical. Ignored at split 1.
+    will do for ``acc``), no epilogue kernel runs, and reruns are bit-identical. Ignored at split 1; above split 16
+    (sm_90's largest cluster) the op runs the accumulator path instead, so ``acc`` must then be the real accumulator.
 
     Raises:
         RuntimeError when the library has no such kernel for the codebook and BM, the device is not 9.0, the

@@ -104,7 +104,7 @@ def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...
     instance for the (pinned) plan (the gemm path at a BM in ``lohi_bm``: BM 8 and 16, 3inst / mcg; a BM16
     fused-input-transform plan becomes the plain one, a fused BM 8 plan stays fused), =0 off everywhere (a BM 8 plan
     becomes the smallest plain tier). A pinned BM keeps the lohi variant only where ``lohi_bm`` has that BM. CUDA_EXL3_PATH=wgmma keeps the plan's split with BM 256
-    (CUDA_EXL3_BM does not apply to it); pinning gemm over a tuned wgmma plan takes the largest BM tier of the build
+    and without a cluster (CUDA_EXL3_BM does not apply to it); pinning gemm over a tuned wgmma plan takes the largest BM tier of the build
     (``built_bm``). A pinned BM other than the plan's or a pinned split turns a fused plan into the plain GEMM. In deterministic
     mode a pinned plan never uses atomics: a gemm split 2..16 reduces in a cluster where ``cluster_splitk`` (else split
     1), and so does a wgmma_rs split where the library's register-A GEMM has the cluster form
@@ -117,7 +117,7 @@ def _apply_pins(p: Plan, lohi_bm: tuple[int, ...] = (), built_bm: tuple[int, ...
         if path not in PATHS:
             raise ValueError(f"CUDA_EXL3_PATH must be one of {', '.join(PATHS)}, got {path!r}")
         if path == "wgmma":
-            p = replace(p, path=path, bm=WGMMA_BM, lohi=False)
+            p = replace(p, path=path, bm=WGMMA_BM, lohi=False, cluster=False)  # the wgmma GEMM has no cluster form
         elif path == "wgmma_rs":
             p = replace(p, path=path, bm=p.bm if p.bm in RS_BM_TIERS else max(RS_BM_TIERS), lohi=False,
                         cluster=p.cluster and p.path == "wgmma_rs", fused_it=False, stream_k=False)

@@ -27,7 +27,7 @@ WGMMA_MIN_M = 128
 # BM tiers and resident blocks per SM (its __launch_bounds__), offered to the autotuner up to RS_MAX_M outside
 # deterministic mode when the library has it and the device is compute capability 9.0. Its partial sums go through the
 # accumulator (splitk_epilogue applies the output transform), so every plan of it needs the accumulator, except its
-# cluster plans (split 2..CLUSTER_PLAN_MAX_SPLIT, m in [CLUSTER_MIN_M, CLUSTER_MAX_M]: the split blocks of a tile reduce
+# cluster plans (splits RS_CLUSTER_SPLITS, m in [CLUSTER_MIN_M, CLUSTER_MAX_M]: the split blocks of a tile reduce
 # through distributed shared memory, wgmma_rs_gemm.cu cluster_finish).
 # Kernel alone on the H200 (bench/wgmma_rs_proto.cu, bench/results/profiles/wgmma-rs-proto-s12/, K = 4 mcg, no
 # transforms): 4096x11008 m = 64 23.3 us, m = 128 32.9, against 33.3 / 49.6 us for the op of gemm-319a3a1-k4.
@@ -186,12 +186,14 @@ DET_WGMMA_MAX_M = 256  # buckets 128 and 256
 # point measured (m = 1-16, all five shapes, two rounds: +0.5-3 us); above, split-k plans are rarely chosen.
 CLUSTER_MIN_M = 32
 CLUSTER_MAX_M = 256
-# The register-A GEMM's cluster plans stop at split RS_CLUSTER_MAX_SPLIT. In the autotuner's first-pass timings on the
+# The register-A GEMM's cluster plans are at splits RS_CLUSTER_SPLITS only. In the autotuner's first-pass timings on the
 # H200 (twenty-ninth session, five shapes, m = 32-256, K = 4, two rounds; bench/results/profiles/rs-cluster-s29/) a
 # cluster plan against the same BM and split through the accumulator: split 2 faster in 57 of 70 pairs (median ratio
 # 0.969), split 4 in 24 of 62 (1.09), split 8 in 3 of 50 (1.15), splits 3, 5 and 6 (the one-wave fits) in none of 20
 # (1.04-1.57); only splits 2 and 4 came within 3% of a point's best plan (5 and 2 times of 70).
-RS_CLUSTER_MAX_SPLIT = 4
+# Split 3 is left out although cluster_splits' one-wave fit can be 3 (4096x11008 m = 64 / 128, 17408x5120 m = 128 / 256):
+# it was the worst of the measured splits (0 of 8 pairs faster, median 1.57).
+RS_CLUSTER_SPLITS = (2, 4)
 # The GEMM with the input transform inside (BM16) is timed for m <= FUSED_IT_MAX_M: each 128-column block of the output
 # redoes the transform of its rows and k slice, ~1% of the decode work at m = 1 and ~20% at m = 16. Its k slices hold
 # at most FUSED_IT_MAX_SLICE columns (shared memory; _ops.fused_it_slice, params.h kFusedMaxK16).
@@ -329,7 +331,7 @@ def rs_plans(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, cluste
     accumulator cannot hold the bucket's largest m (the kernel needs it at every split); split-k factors must also pass
     :func:`splitk_allowed`. With ``cluster`` (the library's register-A GEMM reduces split-k in a thread block cluster
     and the device can) and m in [CLUSTER_MIN_M, CLUSTER_MAX_M], also the cluster plans of those tiers at
-    :func:`cluster_splits` (with RS_BLOCKS_PER_SM) up to RS_CLUSTER_MAX_SPLIT (no accumulator needed)."""
+    :func:`cluster_splits` (with RS_BLOCKS_PER_SM) that are in RS_CLUSTER_SPLITS (no accumulator needed)."""
     if m > RS_MAX_M:
         return []
     acc_ok = m_bucket(m) * shape.n_total <= acc_capacity
@@ -339,7 +341,7 @@ def rs_plans(shape: LayerShape, m: int, sm_count: int, acc_capacity: int, cluste
         if cluster and CLUSTER_MIN_M <= m <= CLUSTER_MAX_M:
             out += [Plan("wgmma_rs", bm, s, cluster=True)
                     for s in cluster_splits(shape, m, bm, sm_count, acc_capacity, RS_BLOCKS_PER_SM)
-                    if s <= RS_CLUSTER_MAX_SPLIT]
+                    if s in RS_CLUSTER_SPLITS]
         if not acc_ok:
             continue
         blocks = (shape.n_total // 128) * math.ceil(m / bm)

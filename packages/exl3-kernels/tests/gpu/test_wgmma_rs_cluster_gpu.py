@@ -57,9 +57,10 @@ def test_rs_cluster_vs_reference_and_acc_unused(bm, split):
         for dtype in (torch.float16, torch.bfloat16):
             xd = x.to(dtype)
             ref = reference_forward(xd, trellis, suh, svh, bias, cb)
+            xh = _ops.input_transform(xd, suh)  # before the poison, so that y (not xh) gets the poisoned block
             poison = torch.full((m, 384), float("nan"), device="cuda", dtype=dtype)
             del poison
-            y = _rs(xd, trellis, suh, svh, bias, CBS[cb], bm, split, dtype, sentinel, True)
+            y = _ops.gemm_wgmma_rs(xh, trellis, svh, bias, CBS[cb], bm, split, sentinel, dtype, cluster=True)
             torch.cuda.synchronize()
             assert y.shape == (m, 384) and y.dtype == dtype
             assert torch.isfinite(y.float()).all(), (bm, split, m, "a row was not written or the NaN acc leaked")
@@ -122,17 +123,34 @@ def test_rs_cluster_graph_replay_equals_eager():
 
 
 def test_rs_cluster_split1_and_refusals():
-    """cluster=True at split 1 is the plain split-1 launch (bit-identical); splits beyond the k extent are refused as
-    without the cluster."""
+    """The op itself (not the wrapper, which drops ``cluster`` at split 1): cluster=True at split 1 is the plain split-1
+    launch, bit-identical; above split 16 (sm_90's cluster limit) the launch goes through the accumulator, so it agrees
+    with cluster=False to within fp32 summation order, leaves the accumulator zero, and refuses a too-small accumulator;
+    splits beyond the k extent are refused as without the cluster."""
     cb = _cb()
+    op = torch.ops.exl3_kernels.gemm_wgmma_rs
     trellis, suh, svh, _ = random_layer(512, [256], [8], seed=51)
     x = torch.randn(20, 512, device="cuda", dtype=torch.float16)
+    xh = _ops.input_transform(x, suh)
     acc = workspace.splitk_acc(x.device)
-    assert torch.equal(_rs(x, trellis, suh, svh, None, CBS[cb], 32, 1, torch.float16, acc, True),
-                       _rs(x, trellis, suh, svh, None, CBS[cb], 32, 1, torch.float16, acc, False))
-    with pytest.raises(RuntimeError, match="split"):
-        _rs(x, trellis, suh, svh, None, CBS[cb], 32, 9, torch.float16, acc, True)  # k = 512: split <= 8
+    on = op(xh, trellis, svh, None, CBS[cb], 32, 1, acc, torch.float16, True, None, True)
+    off = op(xh, trellis, svh, None, CBS[cb], 32, 1, acc, torch.float16, True, None, False)
+    torch.cuda.synchronize()
+    assert torch.equal(on, off)
     _acc_is_zero()
+    with pytest.raises(RuntimeError, match="split"):
+        op(xh, trellis, svh, None, CBS[cb], 32, 9, acc, torch.float16, True, None, True)  # k = 512: split <= 8
+
+    trellis, suh, svh, _ = random_layer(1088, [256], [8], seed=52)  # k16 = 68: split 17 is allowed (<= 68 / 4)
+    x = torch.randn(20, 1088, device="cuda", dtype=torch.float16)
+    xh = _ops.input_transform(x, suh)
+    y17 = op(xh, trellis, svh, None, CBS[cb], 32, 17, acc, torch.float16, True, None, True)
+    torch.cuda.synchronize()
+    _acc_is_zero()
+    assert rel_err(y17, reference_forward(x, trellis, suh, svh, None, cb)) < TOL[torch.float16]
+    tiny = torch.zeros(4, device="cuda")
+    with pytest.raises(RuntimeError, match="accumulator"):
+        op(xh, trellis, svh, None, CBS[cb], 32, 17, tiny, torch.float16, True, None, True)
 
 
 def _clean_env(monkeypatch) -> None:
@@ -147,6 +165,8 @@ def test_autotuner_times_rs_cluster_plans(monkeypatch):
     cluster plan (deterministic mode turns the pinned split into a cluster one) runs the op with cluster=True and is
     bit-identical from call to call."""
     cb = _cb()
+    if not _ops.cluster_splitk_available("cuda"):
+        pytest.skip("the layer offers cluster plans only where _ops.cluster_splitk_available (the mma.sync cluster form)")
     _clean_env(monkeypatch)
     autotune.clear()
     trellis, suh, svh, bias = random_layer(4096, [2048], [8], seed=9, bias=True)
