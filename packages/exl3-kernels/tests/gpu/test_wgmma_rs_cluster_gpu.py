@@ -141,8 +141,8 @@ def test_rs_cluster_split1_and_refusals():
     with pytest.raises(RuntimeError, match="split"):
         op(xh, trellis, svh, None, CBS[cb], 32, 9, acc, torch.float16, True, None, True)  # k = 512: split <= 8
 
-    trellis, suh, svh, _ = random_layer(1088, [256], [8], seed=52)  # k16 = 68: split 17 is allowed (<= 68 / 4)
-    x = torch.randn(20, 1088, device="cuda", dtype=torch.float16)
+    trellis, suh, svh, _ = random_layer(1152, [256], [8], seed=52)  # k16 = 72: split 17 is allowed (<= 72 / 4)
+    x = torch.randn(20, 1152, device="cuda", dtype=torch.float16)
     xh = _ops.input_transform(x, suh)
     y17 = op(xh, trellis, svh, None, CBS[cb], 32, 17, acc, torch.float16, True, None, True)
     torch.cuda.synchronize()
