@@ -77,7 +77,7 @@ def exllamav3_ext():
         return None
 
 
-def bench_point(k, ns, Ks, m, codebook, layers, dense, ext, rates):
+def bench_point(k, ns, Ks, m, codebook, layers, dense, ext, rates, between=False):
     n_total = sum(ns)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     xf = x.half()
@@ -89,6 +89,14 @@ def bench_point(k, ns, Ks, m, codebook, layers, dense, ext, rates):
     out["autotune_us"] = autotune.cached_timings().get(key, {})  # {"first": .., "finalists": ..} cold medians
     out["ours_us"] = graph_time_us([lambda L=L: exl3_linear(x, L) for L in layers])
     out["cublas_us"] = graph_time_us([lambda W=W: x @ W for W in dense])
+    if between:
+        # each call preceded by a torch elementwise kernel that writes the call's input, as in a model (the norm or
+        # activation before a linear): ours and cuBLAS then follow a kernel of someone else's, which does not let
+        # dependents launch early; between_us is that kernel's chain alone (the same graph method)
+        xb = torch.empty_like(x)
+        out["ours_between_us"] = graph_time_us([lambda L=L: exl3_linear(torch.mul(x, 1.0, out=xb), L) for L in layers])
+        out["cublas_between_us"] = graph_time_us([lambda W=W: torch.mul(x, 1.0, out=xb) @ W for W in dense])
+        out["between_us"] = graph_time_us([lambda: torch.mul(x, 1.0, out=xb)])
     if ext is not None and len(ns) == 1:
         K = Ks[0]
         mcg, mul1 = codebook == "mcg", codebook == "mul1"
@@ -144,9 +152,17 @@ def main(argv=None):
     ap.add_argument("--splitk-finish-max-m", type=int, default=None,
                     help="A/B studies: finish split-k inside the GEMM up to this m instead of plan.SPLITK_FINISH_MAX_M "
                          "(CUDA_EXL3_SPLITK_FINISH=0 still turns it off)")
+    ap.add_argument("--between", action="store_true",
+                    help="also time ours and cuBLAS with a torch elementwise kernel writing the input before each call "
+                         "(ours_between_us, cublas_between_us, and between_us for that kernel alone)")
+    ap.add_argument("--it-early", action="store_true",
+                    help="A/B studies: the input transform lets the GEMM after it launch before its wait (linear.IT_EARLY)")
     ap.add_argument("--node-tie-us", type=float, default=None,
                     help="A/B studies: the autotuner's tie window for plans with fewer kernels (autotune.NODE_TIE_US)")
     args = ap.parse_args(argv)
+    if args.it_early:
+        from exl3_kernels import linear
+        linear.IT_EARLY = True  # read at each call of a GEMM plan
     if args.node_tie_us is not None:
         autotune.NODE_TIE_US = args.node_tie_us  # read by the autotuner's finalist choice at each tuning
     if args.splitk_finish_max_m is not None:
@@ -161,6 +177,7 @@ def main(argv=None):
                                                              text=True).stdout.strip()
     res = {"commit": commit, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rates": rates,
            "splitk_finish_max_m": autotune.SPLITK_FINISH_MAX_M, "node_tie_us": autotune.NODE_TIE_US,
+           "it_early": args.it_early, "pdl": os.environ.get("CUDA_EXL3_PDL", "default"),
            "codebook": args.codebook, "exllamav3": ext is not None, "host": platform.node(), "points": []}
     names = range_names
     if args.shapes != ",".join(range_names):  # each name, or a prefix naming one shape ("qkv": its name holds commas)
@@ -185,7 +202,7 @@ def main(argv=None):
                 if time.time() - t0 > args.max_seconds:
                     print("time budget reached", flush=True)
                     break
-                p = bench_point(k, ns, Ks, m, args.codebook, layers, dense, ext, rates)
+                p = bench_point(k, ns, Ks, m, args.codebook, layers, dense, ext, rates, args.between)
                 p.update(shape=name, K=K, Ks=Ks)
                 res["points"].append(p)
                 print(json.dumps(p), flush=True)

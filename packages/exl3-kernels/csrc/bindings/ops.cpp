@@ -160,7 +160,8 @@ int fill_shards(exl3::GemmShard* sh, const std::vector<Tensor>& trellis, const s
   return col;
 }
 
-Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::optional<at::ScalarType> out_dtype, bool lohi) {
+Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::optional<at::ScalarType> out_dtype, bool lohi,
+                       int64_t pdl) {
   TORCH_CHECK(x.is_cuda() && x.dim() == 2, "exl3_kernels.input_transform: x must be a 2-D CUDA tensor, got ", x.sizes(), " on ", x.device());
   TORCH_CHECK(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16,
               "exl3_kernels.input_transform: x must be fp16 or bf16, got ", x.scalar_type());
@@ -195,6 +196,10 @@ Tensor input_transform(const Tensor& x, const std::vector<Tensor>& suh, std::opt
   p.xh_lohi = lohi ? 1 : 0;
   Tensor xh = at::empty({S, m, lohi ? 2 * k : k}, x.options().dtype(xh_dtype));
   p.xh = reinterpret_cast<uint16_t*>(xh.data_ptr());
+  TORCH_CHECK(pdl >= 0 && pdl <= 2, "exl3_kernels.input_transform: pdl must be 0 (plain launch), 1 (PDL) or 2 (PDL, the next "
+              "kernel may launch before this one's wait), got ", pdl);
+  p.pdl = pdl > 0 && device_has_pdl(x.device()) ? 1 : 0;
+  p.pdl_early = p.pdl && pdl == 2 ? 1 : 0;
   if (m > 0) check_cuda(exl3::launch_input_transform(p, c10::cuda::getCurrentCUDAStream(x.device().index()).stream()), "input_transform launch");
   return xh;
 }
@@ -660,7 +665,10 @@ std::vector<int64_t> built_instances() {
 
 TORCH_LIBRARY(exl3_kernels, m) {
   // lohi: write xh in the layout of the GEMM's lohi variant ([S, m, 2k], every value twice; gemm_kernel.cuh).
-  m.def("input_transform(Tensor x, Tensor[] suh, ScalarType? out_dtype=None, bool lohi=False) -> Tensor");
+  // `pdl`: 0 a plain launch; 1 programmatic dependent launch on sm_90+ (the kernel waits for the kernel before it first
+  // thing, then lets the next kernel launch); 2 the same, but the next kernel may launch before that wait: only when
+  // the next kernel is a GEMM, which reads nothing but its trellis and parameters before its own wait (input.cu).
+  m.def("input_transform(Tensor x, Tensor[] suh, ScalarType? out_dtype=None, bool lohi=False, int pdl=0) -> Tensor");
   // `acc` is the process-wide split-k accumulator. The op adds partial sums into it and its epilogue
   // kernel sets every touched element back to zero, so it leaves `acc` exactly as it found it (all
   // zero). It is declared immutable on purpose: marking it Tensor(a!) would make functionalization

@@ -133,8 +133,9 @@ __global__ void __launch_bounds__(256, EXL3_RECONSTRUCT_N_MIN_BLOCKS)
   dispatch_k2<CB>(sh.K2, [&](auto k2) { reconstruct_n_row<CB, decltype(k2)::value, kBf16>(p, sh, lane, warp); });
   // With PDL (p.pdl) this grid may start while the kernel before it runs (the reconstruct_n path's input transform,
   // which it does not read: W_n depends on the weights only). It writes only its own W_n, which the kernel before
-  // it does not touch; and the input transform is itself a plain launch (input.cu), so the previous op's GEMM that
-  // read this workspace has finished: if the input transform ever gets the PDL attribute, this stops being safe.
+  // it does not touch; and the input transform lets this grid launch only after its own wait for the kernel before
+  // it (a plain launch, or PDL with pdl_early = 0: input.cu), so the previous op's GEMM that read this workspace has
+  // finished. An input transform with pdl_early = 1 right before this kernel would not be safe.
   // Waiting here, at the end, keeps this grid from completing before its predecessor, so the cuBLAS GEMM launched
   // next still finds xh complete. A no-op without the attribute.
   pdl_wait();

@@ -37,7 +37,15 @@ constexpr int64_t kItMultiRowWarps = 16384;
 // virtual column 32 (col / 16) + 4 (l % 4) and (v1, v1, v3, v3) 16 further, two 8-byte stores.
 template <bool kBf16, bool kOutBf16, bool kLohi, int kItRows>
 __global__ void __launch_bounds__(256) input_transform_kernel(const __grid_constant__ InputTransformParams p) {
-  pdl_launch_dependents();  // the GEMM may start prefetching its trellis (it waits before reading xh)
+  // PDL (p.pdl, sm_90+): this grid may be resident before the kernel ahead of it on the stream has finished (which may
+  // write x, or still read the xh workspace this kernel writes), so it waits first. The kernel after it (a GEMM that
+  // prefetches its trellis, or reconstruct_n, which writes its workspace before waiting) may launch once every block
+  // has passed that wait, so everything before this op has finished by then (p.pdl_early: at once, before the wait;
+  // only for a GEMM next, which reads nothing but its trellis and parameters before its own wait). Without the launch
+  // attribute the wait is a no-op and the kernel starts after everything before it, as a plain launch.
+  if (p.pdl_early) pdl_launch_dependents();
+  pdl_wait();
+  if (!p.pdl_early) pdl_launch_dependents();
   // grid (ceil(m / kItRows), ceil(blocks_k / warps per block)): no index division. A flat warp index divided in 64
   // bits, and the butterflies as FSEL + FADD, made the bf16 -> fp16 instance 264 SASS instructions (then 144); ncu at
   // m = 2048, k = 4096: 15.7 -> 13.3 us, issue-bound both times (bench/results/profiles/input-transform-grid-ffma/)
@@ -104,6 +112,15 @@ __global__ void __launch_bounds__(256) input_transform_kernel(const __grid_const
   }
 }
 
+// Launch one instance, with programmatic stream serialisation when p.pdl and the loaded image has griddepcontrol
+// (exl3/pdl.cuh, kernel_has_pdl: read once per instance).
+template <bool kBf16, bool kOutBf16, bool kLohi, int kItRows>
+cudaError_t launch_input_transform_instance(const InputTransformParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
+  auto* kernel = input_transform_kernel<kBf16, kOutBf16, kLohi, kItRows>;
+  static const bool image_pdl = kernel_has_pdl(kernel);
+  return launch_maybe_pdl(kernel, grid, block, 0, stream, p.pdl != 0 && image_pdl, p);
+}
+
 template <int kRows>
 cudaError_t launch_input_transform_rows(const InputTransformParams& p, cudaStream_t stream) {
   const int blocks_k = p.k / 128;
@@ -113,23 +130,18 @@ cudaError_t launch_input_transform_rows(const InputTransformParams& p, cudaStrea
   const int ny = (blocks_k + 7) / 8;
   const int wpb = (blocks_k + ny - 1) / ny;
   const dim3 blocks((p.m + kRows - 1) / kRows, ny);
-  if (p.xh_lohi && p.x_bf16)
-    input_transform_kernel<true, false, true, kRows><<<blocks, 32 * wpb, 0, stream>>>(p);
-  else if (p.xh_lohi)
-    input_transform_kernel<false, false, true, kRows><<<blocks, 32 * wpb, 0, stream>>>(p);
-  else if (p.x_bf16 && p.xh_bf16)
-    input_transform_kernel<true, true, false, kRows><<<blocks, 32 * wpb, 0, stream>>>(p);
-  else if (p.x_bf16)
-    input_transform_kernel<true, false, false, kRows><<<blocks, 32 * wpb, 0, stream>>>(p);
-  else if (p.xh_bf16)
-    input_transform_kernel<false, true, false, kRows><<<blocks, 32 * wpb, 0, stream>>>(p);
-  else
-    input_transform_kernel<false, false, false, kRows><<<blocks, 32 * wpb, 0, stream>>>(p);
-  return cudaGetLastError();
+  const dim3 threads(32 * wpb);
+  if (p.xh_lohi && p.x_bf16) return launch_input_transform_instance<true, false, true, kRows>(p, blocks, threads, stream);
+  if (p.xh_lohi) return launch_input_transform_instance<false, false, true, kRows>(p, blocks, threads, stream);
+  if (p.x_bf16 && p.xh_bf16) return launch_input_transform_instance<true, true, false, kRows>(p, blocks, threads, stream);
+  if (p.x_bf16) return launch_input_transform_instance<true, false, false, kRows>(p, blocks, threads, stream);
+  if (p.xh_bf16) return launch_input_transform_instance<false, true, false, kRows>(p, blocks, threads, stream);
+  return launch_input_transform_instance<false, false, false, kRows>(p, blocks, threads, stream);
 }
 
-// A plain launch (no PDL attribute), on purpose: reconstruct_n.cu's PDL launch right after it relies on this kernel
-// not starting before the previous op's kernels (which may read the reconstruct workspace) have finished.
+// p.pdl: a PDL launch whose kernel waits first thing (see the kernel). reconstruct_n.cu's PDL launch right after it
+// relies on that wait coming before this grid lets dependents launch (p.pdl_early = 0): the previous op's kernels,
+// which may read the reconstruct workspace, have then finished. A plain launch when p.pdl = 0.
 cudaError_t launch_input_transform(const InputTransformParams& p, cudaStream_t stream) {
   const int blocks_k = p.k / 128;
   if (p.m == 0 || blocks_k == 0) return cudaSuccess;

@@ -97,7 +97,7 @@ def _register_fakes() -> None:
     lib = "exl3_kernels::"
 
     @torch.library.register_fake(lib + "input_transform")
-    def _(x, suh, out_dtype=None, lohi=False):
+    def _(x, suh, out_dtype=None, lohi=False, pdl=0):
         return x.new_empty((len(suh), x.shape[0], x.shape[1] * (2 if lohi else 1)), dtype=out_dtype or torch.float16)
 
     @torch.library.register_fake(lib + "gemm")
@@ -137,7 +137,7 @@ def _register_fakes() -> None:
 
 
 def input_transform(x: torch.Tensor, suh: list[torch.Tensor], out_dtype: torch.dtype = torch.float16,
-                    lohi: bool = False) -> torch.Tensor:
+                    lohi: bool = False, pdl: bool | None = None, early: bool = False) -> torch.Tensor:
     """xh[s] = round(had128(x * suh[s]) / sqrt(128)) for each shard s, one launch (fp32 inside, one rounding).
 
     Args:
@@ -146,16 +146,40 @@ def input_transform(x: torch.Tensor, suh: list[torch.Tensor], out_dtype: torch.d
         out_dtype: torch.float16 (the GEMM's operand) or torch.bfloat16 (the reconstruct_n path with bf16 x).
         lohi: write the layout of the GEMM's lohi variant (fp16 only): [len(suh), m, 2k] where columns
             32 b .. 32 b + 15 hold xh[16 b + (j & ~1)] and 32 b + 16 .. 32 b + 31 hold xh[16 b + (j | 1)], j = 0..15.
+        pdl: programmatic dependent launch on sm_90+ (None: CUDA_EXL3_PDL, default on, read at each call). The
+            kernel may then be resident before the kernel ahead of it has finished and waits for it first thing
+            (csrc/transform/input.cu), so the result is that of a plain launch; what it hides is this node's launch
+            latency behind the previous kernel's tail. Libraries built before the argument launch plainly.
+        early: with ``pdl``, let the next kernel launch before this one's wait (instead of right after it). Only for
+            a GEMM next, which reads nothing but its trellis and parameters before its own wait; never before
+            ``reconstruct_n_out`` with ``pdl`` (it writes its workspace before waiting).
     Returns:
         [len(suh), m, k] (or [len(suh), m, 2k] with ``lohi``) in ``out_dtype``.
     Raises:
         RuntimeError from the op on shape/dtype/device mismatch (message names the tensor).
+        ValueError if CUDA_EXL3_PDL is not a boolean.
     """
+    if pdl is None:
+        pdl = env.get_bool("PDL", True)
+    if pdl and _input_transform_has_pdl_arg():
+        return torch.ops.exl3_kernels.input_transform(x, suh, out_dtype, lohi, 2 if early else 1)
     if lohi:
         return torch.ops.exl3_kernels.input_transform(x, suh, out_dtype, True)
     if out_dtype == torch.float16:  # the default: also works with libraries built before the out_dtype argument
         return torch.ops.exl3_kernels.input_transform(x, suh)
     return torch.ops.exl3_kernels.input_transform(x, suh, out_dtype)
+
+
+_it_pdl_arg: bool | None = None
+
+
+def _input_transform_has_pdl_arg() -> bool:
+    """Whether the loaded library's input_transform schema has the ``pdl`` argument (read once: the library does not
+    change within a process)."""
+    global _it_pdl_arg
+    if _it_pdl_arg is None:
+        _it_pdl_arg = any(a.name == "pdl" for a in torch.ops.exl3_kernels.input_transform.default._schema.arguments)
+    return _it_pdl_arg
 
 
 def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor], bias: torch.Tensor | None,
@@ -603,8 +627,8 @@ def reconstruct_n_out(out: torch.Tensor, trellis: list[torch.Tensor], svh: list[
     before it on the stream still runs; it waits for that kernel at its end (csrc/reconstruct/reconstruct_n.cu).
     Only for a caller that knows its predecessor neither writes the weights nor reads ``out`` and that the kernel
     before the predecessor cannot still be reading ``out``: the reconstruct_n path's first chunk, right after its
-    own input transform, a plain launch (linear.py). Libraries built before the argument
-    ignore it.
+    own input transform, which lets it launch only after its own wait for the kernel before it (a plain launch, or
+    PDL without ``early``: :func:`input_transform`, linear.py). Libraries built before the argument ignore it.
 
     Raises:
         RuntimeError naming the tensor on shape/dtype/device/alignment mismatch.

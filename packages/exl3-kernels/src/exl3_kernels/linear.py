@@ -37,6 +37,11 @@ from .plan import BM_TIERS, LayerShape, Plan
 CODEBOOK_IDS = {"3inst": 0, "mcg": 1, "mul1": 2}
 CODEBOOK_NAMES = {v: k for k, v in CODEBOOK_IDS.items()}
 
+# Whether the input transform before a GEMM lets the GEMM launch before its own wait for the previous kernel
+# (_ops.input_transform(early=True)) instead of right after it. A/B studies set it (bench/bench_gemm.py --it-early);
+# the default and the measurement behind it: docs/kernels.md, "The input transform is a PDL launch".
+IT_EARLY = False
+
 
 @dataclass
 class Exl3Layer:
@@ -160,9 +165,9 @@ def _run_reconstruct_n(x2, trellis, suh, svh, bias32, codebook: int) -> torch.Te
         c1 = min(n_total, c0 + cols)
         w = workspace.recon(x2.device, k * (c1 - c0), x2.dtype).view(k, c1 - c0)
         # the first chunk directly follows the input transform, which it may overlap (PDL, see _ops.reconstruct_n_out):
-        # safe because the input transform is a plain launch (input.cu), so the previous op's GEMM reading this
-        # workspace has finished before it starts; a later chunk follows the cuBLAS GEMM that still reads the
-        # workspace, so it launches plainly
+        # safe because the input transform lets it launch only after its own wait for the kernel before it (a plain
+        # launch, or PDL without `early`: input.cu), so the previous op's GEMM reading this workspace has finished
+        # by then; a later chunk follows the cuBLAS GEMM that still reads the workspace, so it launches plainly
         _ops.reconstruct_n_out(w, trellis, svh, codebook, c0, c1, pdl=c0 == 0)
         for s, (s0, n) in enumerate(zip(starts, ns)):
             a, b = max(c0, s0), min(c1, s0 + n)
@@ -204,7 +209,7 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
         _warn_rs_fallback(x2.shape[0])
         plan = Plan("gemm", max(b for cb, b in _ops.built_instances() if cb == codebook), 1)
     if plan.path == "wgmma_rs":  # the kernel reduces through the accumulator at every split, or in a cluster
-        xh = _ops.input_transform(x2, suh)
+        xh = _ops.input_transform(x2, suh, early=IT_EARLY)
         if rs_cluster:  # no accumulator (any fp32 tensor stands in) and no tile counters
             return _ops.gemm_wgmma_rs(xh, trellis, svh, bias32, codebook, plan.bm, plan.split,
                                       workspace.splitk_acc(x2.device), x2.dtype, cluster=True)
@@ -212,7 +217,7 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
                                   workspace.splitk_acc(x2.device), x2.dtype,
                                   tile_flags=_tile_flags(x2, trellis, plan.bm))
     if plan.path == "wgmma":
-        xh = _ops.input_transform(x2, suh)
+        xh = _ops.input_transform(x2, suh, early=IT_EARLY)
         if plan.stream_k and _ops.wgmma_has_stream_k():
             blocks = autotune.sm_count(x2.device)
             return _ops.gemm_wgmma(xh, trellis, svh, bias32, codebook, 1, workspace.sk_slots(x2.device, blocks),
@@ -225,7 +230,7 @@ def _run_plan(plan: Plan, x2, trellis, suh, svh, bias32, codebook: int) -> torch
                            True if plan.cluster else None,
                            tile_flags=_tile_flags(x2, trellis, plan.bm) if plan.split > 1 and not plan.cluster else None,
                            lohi=plan.lohi)
-    xh = _ops.input_transform(x2, suh, lohi=plan.lohi)
+    xh = _ops.input_transform(x2, suh, lohi=plan.lohi, early=IT_EARLY)
     acc = workspace.splitk_acc(x2.device) if plan.split > 1 else xh
     # a cluster plan reduces in a cluster; otherwise CUDA_EXL3_CLUSTER decides (unset / 0: the accumulator)
     cluster = True if plan.cluster else None

@@ -90,6 +90,8 @@ struct InputTransformParams {
   uint16_t* xh;  // [num_shards, m, k] fp16 (or bf16 when xh_bf16) bits; [num_shards, m, 2k] fp16 when xh_lohi
   int xh_bf16;
   int xh_lohi;  // lohi layout: per 16 columns c0.., 16 values x[c0 + (j & ~1)] then 16 values x[c0 + (j | 1)]
+  int pdl;        // launch with programmatic dependent launch (the kernel waits first; csrc/transform/input.cu)
+  int pdl_early;  // with pdl: let the next kernel launch before the wait (only a GEMM next; see input.cu)
 };
 
 // Host launchers (csrc/gemm/launch.cu, csrc/transform/input.cu, csrc/reconstruct/reconstruct.cu).
