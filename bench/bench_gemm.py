@@ -157,9 +157,15 @@ def main(argv=None):
                          "(ours_between_us, cublas_between_us, and between_us for that kernel alone)")
     ap.add_argument("--it-early", action="store_true",
                     help="A/B studies: the input transform lets the GEMM after it launch before its wait (linear.IT_EARLY)")
+    ap.add_argument("--splitk-traffic", type=float, default=None,
+                    help="A/B studies: split-k's accumulator traffic allowed, as a fraction of the trellis bytes "
+                         "(plan.SPLITK_TRAFFIC_FRACTION, default 0.5): more split candidates for the autotuner")
     ap.add_argument("--node-tie-us", type=float, default=None,
                     help="A/B studies: the autotuner's tie window for plans with fewer kernels (autotune.NODE_TIE_US)")
     args = ap.parse_args(argv)
+    if args.splitk_traffic is not None:
+        from exl3_kernels import plan as plan_mod
+        plan_mod.SPLITK_TRAFFIC_FRACTION = args.splitk_traffic  # read by plan.splitk_allowed at each call
     if args.it_early:
         from exl3_kernels import linear
         linear.IT_EARLY = True  # read at each call of a GEMM plan
@@ -177,7 +183,7 @@ def main(argv=None):
                                                              text=True).stdout.strip()
     res = {"commit": commit, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rates": rates,
            "splitk_finish_max_m": autotune.SPLITK_FINISH_MAX_M, "node_tie_us": autotune.NODE_TIE_US,
-           "it_early": args.it_early, "pdl": os.environ.get("CUDA_EXL3_PDL", "default"),
+           "it_early": args.it_early, "splitk_traffic": args.splitk_traffic, "pdl": os.environ.get("CUDA_EXL3_PDL", "default"),
            "codebook": args.codebook, "exllamav3": ext is not None, "host": platform.node(), "points": []}
     names = range_names
     if args.shapes != ",".join(range_names):  # each name, or a prefix naming one shape ("qkv": its name holds commas)

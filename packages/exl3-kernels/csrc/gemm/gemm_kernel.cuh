@@ -73,6 +73,7 @@
 #include "exl3/mma.cuh"
 #include "exl3/params.h"
 #include "exl3/pdl.cuh"
+#include "exl3/spread.h"
 #include "exl3/splitk_finish.cuh"
 #include "exl3/static_for.cuh"
 #include "exl3/store.cuh"
@@ -671,11 +672,16 @@ cudaError_t launch_gemm_kernel(const GemmParams& p, cudaStream_t stream) {
   cudaGetDevice(&dev);
   if (dev >= 32 || !((attr_set_mask >> dev) & 1u)) {
     cudaError_t e = cudaFuncSetAttribute(gemm_kernel<CB, BM, LOHI, FORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         kASlice ? fused_smem_max(BM, LOHI) : gemm_smem_bytes_for(BM, 16, LOHI));
+                                         spread_optin(kASlice ? fused_smem_max(BM, LOHI) : gemm_smem_bytes_for(BM, 16, LOHI), dev));
     if (e != cudaSuccess) return e;
     if (dev < 32) attr_set_mask |= 1u << dev;
   }
   dim3 grid(p.n_total / 128, (p.m + BM - 1) / BM, p.split);
+  // CUDA_EXL3_SPREAD=1 (A/B knob, exl3/spread.h): a grid below one full wave asks for enough shared memory that no SM
+  // holds more than its even share of blocks (not the cluster form, whose blocks the hardware co-schedules anyway)
+  const int launch_smem = p.cluster ? smem
+                                    : spread_smem(smem, static_cast<int64_t>(grid.x) * grid.y * grid.z,
+                                                  GemmOccupancy<BM>::kMinBlocks, dev);
   static const bool image_pdl = kernel_has_pdl(gemm_kernel<CB, BM, LOHI, FORM>);  // thread-safe static init
   if (p.cluster) {
     // the cluster epilogue exists only in sm_90+ code: an image of older PTX (JIT-compiled here) has it compiled out
@@ -688,10 +694,10 @@ cudaError_t launch_gemm_kernel(const GemmParams& p, cudaStream_t stream) {
       if (e != cudaSuccess) return e;
       if (dev < 32) cluster_attr_mask |= 1u << dev;
     }
-    return launch_maybe_pdl_cluster(gemm_kernel<CB, BM, LOHI, FORM>, grid, dim3(kThreads), smem, stream,
+    return launch_maybe_pdl_cluster(gemm_kernel<CB, BM, LOHI, FORM>, grid, dim3(kThreads), launch_smem, stream,
                                     p.pdl != 0 && image_pdl, p.split, p);
   }
-  return launch_maybe_pdl(gemm_kernel<CB, BM, LOHI, FORM>, grid, dim3(kThreads), smem, stream,
+  return launch_maybe_pdl(gemm_kernel<CB, BM, LOHI, FORM>, grid, dim3(kThreads), launch_smem, stream,
                           p.pdl != 0 && image_pdl, p);
 }
 

@@ -108,6 +108,7 @@
 #include "exl3/mma.cuh"
 #include "exl3/params.h"
 #include "exl3/pdl.cuh"
+#include "exl3/spread.h"
 #include "exl3/sm90.cuh"
 #include "exl3/splitk_finish.cuh"
 #include "exl3/static_for.cuh"
@@ -596,11 +597,15 @@ cudaError_t launch_k2_bm(const RsParams& rp, int nblocks, cudaStream_t stream) {
   cudaGetDevice(&dev);
   if (dev >= 32 || !((attr_set_mask.load(std::memory_order_relaxed) >> dev) & 1u)) {
     const cudaError_t e = cudaFuncSetAttribute(wgmma_rs_kernel<CB, K2, BM>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<BM>(K2));
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, spread_optin(smem_bytes<BM>(K2), dev));
     if (e != cudaSuccess) return e;
     if (dev < 32) attr_set_mask.fetch_or(1u << dev, std::memory_order_relaxed);
   }
   const dim3 grid(nblocks, (p.m + BM - 1) / BM, p.split);
+  // CUDA_EXL3_SPREAD=1 (A/B knob, exl3/spread.h): no SM holds more than its even share of a grid below one full wave
+  const int smem = p.cluster ? smem_bytes<BM>(K2)
+                            : spread_smem(smem_bytes<BM>(K2), static_cast<int64_t>(grid.x) * grid.y * grid.z,
+                                          Cfg<BM>::kMinBlocks, dev);
   static const bool image_pdl = kernel_has_pdl(wgmma_rs_kernel<CB, K2, BM>);
   // PDL per launch, by the rule of ops.cpp (gemm_setup) applied to this grid, not the layer's: a fused layer's
   // per-K grids can be smaller than the SM count where the layer's is not.
@@ -615,10 +620,9 @@ cudaError_t launch_k2_bm(const RsParams& rp, int nblocks, cudaStream_t stream) {
       if (e != cudaSuccess) return e;
       if (dev < 32) cluster_attr_mask.fetch_or(1u << dev, std::memory_order_relaxed);
     }
-    return launch_maybe_pdl_cluster(wgmma_rs_kernel<CB, K2, BM>, grid, dim3(kThreads), smem_bytes<BM>(K2), stream, pdl,
-                                    p.split, rp);
+    return launch_maybe_pdl_cluster(wgmma_rs_kernel<CB, K2, BM>, grid, dim3(kThreads), smem, stream, pdl, p.split, rp);
   }
-  return launch_maybe_pdl(wgmma_rs_kernel<CB, K2, BM>, grid, dim3(kThreads), smem_bytes<BM>(K2), stream, pdl, rp);
+  return launch_maybe_pdl(wgmma_rs_kernel<CB, K2, BM>, grid, dim3(kThreads), smem, stream, pdl, rp);
 }
 
 template <int CB, int K2>

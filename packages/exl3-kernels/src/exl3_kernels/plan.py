@@ -101,11 +101,16 @@ def max_split(shape: LayerShape) -> int:
     return max(1, (shape.k // 64) // MIN_STAGES_PER_SPLIT)
 
 
+# The accumulator traffic split-k may cost, as a fraction of the layer's trellis bytes (splitk_allowed). A/B studies
+# change it (bench/bench_gemm.py --splitk-traffic); read at each call.
+SPLITK_TRAFFIC_FRACTION = 0.5
+
+
 def splitk_allowed(shape: LayerShape, m: int, split: int, acc_capacity: int, l2_bytes: int = 60 << 20) -> bool:
     """Accumulator traffic rule: split-k costs ``split * m * n * 4`` bytes of reductions plus 8 bytes per
     output element for the epilogue. Traffic that stays in L2 (the accumulator fits in half of it) is
-    discounted 4x but not to zero; the total must stay under half the trellis bytes, and the
-    accumulator must fit its workspace (``acc_capacity`` fp32 elements)."""
+    discounted 4x but not to zero; the total must stay under SPLITK_TRAFFIC_FRACTION (half) of the trellis bytes,
+    and the accumulator must fit its workspace (``acc_capacity`` fp32 elements)."""
     if split <= 1:
         return True
     elems = m * shape.n_total
@@ -116,7 +121,7 @@ def splitk_allowed(shape: LayerShape, m: int, split: int, acc_capacity: int, l2_
     traffic = (split * 4 + 8) * elems
     if elems * 4 <= l2_bytes // 2:
         traffic /= 4
-    return traffic <= 0.5 * shape.trellis_bytes
+    return traffic <= SPLITK_TRAFFIC_FRACTION * shape.trellis_bytes
 
 
 def wave_efficiency(blocks: int, capacity: int) -> float:
