@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "exl3/params.h"
+#include "exl3/spread.h"
 
 namespace {
 
@@ -651,6 +652,16 @@ bool gemm_a_whole(int64_t bm, bool lohi, int64_t k, int64_t split, int64_t max_k
   return exl3::gemm_a_whole_fits(p, static_cast<int>(bm), lohi);
 }
 
+// The dynamic shared memory a GEMM launch of `blocks` blocks, needing `smem` bytes each and fitting `occupancy` per SM
+// by its other limits, asks for on the current device (exl3/spread.h; CUDA_EXL3_SPREAD read now): for tests.
+int64_t spread_smem(int64_t smem, int64_t blocks, int64_t occupancy) {
+  TORCH_CHECK(smem >= 0 && smem <= INT32_MAX && blocks >= 0 && occupancy >= 1,
+              "exl3_kernels.spread_smem: needs smem in 0..2^31, blocks >= 0 and occupancy >= 1, got ", smem, ", ", blocks, ", ", occupancy);
+  int dev = 0;
+  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  return exl3::spread_smem(static_cast<int>(smem), blocks, static_cast<int>(occupancy), dev);
+}
+
 // GEMM instances as lohi * 100000 + codebook * 1000 + BM (the plain instances keep their old codes).
 std::vector<int64_t> built_instances() {
   std::vector<int64_t> r;
@@ -686,6 +697,8 @@ TORCH_LIBRARY(exl3_kernels, m) {
   // gemm_a_whole: whether gemm at these (bm, lohi, k, split, largest K2) runs its form with A copied whole before the
   // k loop on the current CUDA device (gemm_kernel.cuh, "A copied whole"); `a_whole=False` on gemm keeps the A ring.
   m.def("gemm_a_whole(int bm, bool lohi, int k, int split, int max_k2) -> bool", &gemm_a_whole);
+  // spread_smem: the dynamic shared memory a GEMM launch asks for (exl3/spread.h), for tests
+  m.def("spread_smem(int smem, int blocks, int occupancy) -> int", &spread_smem);
   // gemm with the input transform inside (BM16 without lohi; lohi=True: the BM 8 swapped lohi form): x is the raw
   // [m, k] fp16 or bf16 activation and suh the shards' input scales; each k slice (k / split rounded up to 128
   // columns) must be at most 1024 columns.

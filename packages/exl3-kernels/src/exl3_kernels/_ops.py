@@ -227,6 +227,7 @@ def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor],
     ignore it.
     """
     pdl = env.get_bool("PDL", True)
+    env.get_bool("SPREAD", True)  # read again by the library at launch (exl3/spread.h); checked and warned about here
     if cluster is None:
         cluster = env.get_bool("CLUSTER", False) and _gemm_has_cluster_arg()
     elif cluster and not _gemm_has_cluster_arg():
@@ -289,6 +290,7 @@ def gemm_x(x: torch.Tensor, trellis: list[torch.Tensor], suh: list[torch.Tensor]
         gemm_x has no ``lohi``, or the checks of :func:`gemm`.
     """
     pdl = env.get_bool("PDL", True)
+    env.get_bool("SPREAD", True)  # read again by the library at launch (exl3/spread.h); checked and warned about here
     if cluster is None:
         cluster = env.get_bool("CLUSTER", False)
     cluster = bool(cluster and split > 1)
@@ -331,6 +333,20 @@ def _gemm_has_cluster_arg() -> bool:
 def _gemm_has_a_whole_arg() -> bool:
     """Whether the loaded library's gemm schema has the ``a_whole`` argument (libraries before f659623's do not)."""
     return _op_has_arg("gemm", "a_whole")
+
+
+def spread_smem(smem: int, blocks: int, occupancy: int) -> int | None:
+    """Dynamic shared memory in bytes that a GEMM launch of ``blocks`` blocks, needing ``smem`` bytes each and fitting
+    ``occupancy`` per SM by its other limits, asks for on the current CUDA device (csrc/include/exl3/spread.h, with
+    CUDA_EXL3_SPREAD as set now): ``smem``, or more so that no SM can hold more than ceil(blocks / SMs) of the
+    blocks. None for libraries built before the rule. For tests.
+
+    Raises:
+        RuntimeError from the op on negative sizes or occupancy < 1.
+    """
+    if not (available() and hasattr(torch.ops.exl3_kernels, "spread_smem")):
+        return None
+    return int(torch.ops.exl3_kernels.spread_smem(smem, blocks, occupancy))
 
 
 def gemm_a_whole(bm: int, lohi: bool, k: int, split: int, max_k2: int) -> bool:
@@ -446,7 +462,9 @@ def gemm_wgmma_rs(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch
         RuntimeError when the library has no such kernel for the codebook and BM, the device is not 9.0, the
         accumulator is too small, ``cluster=True`` with a library whose op predates it (:func:`wgmma_rs_has_cluster`),
         or on the argument checks of :func:`gemm`.
+        ValueError if CUDA_EXL3_PDL or CUDA_EXL3_SPREAD is not a boolean.
     """
+    env.get_bool("SPREAD", True)  # read again by the library at launch (exl3/spread.h); checked and warned about here
     if cluster and split > 1:
         if not wgmma_rs_has_cluster():
             raise RuntimeError("exl3_kernels.gemm_wgmma_rs: cluster=True needs a library whose register-A GEMM has the "
