@@ -184,6 +184,7 @@ def main(argv=None):
     res = {"commit": commit, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rates": rates,
            "splitk_finish_max_m": autotune.SPLITK_FINISH_MAX_M, "node_tie_us": autotune.NODE_TIE_US,
            "it_early": args.it_early, "splitk_traffic": args.splitk_traffic, "pdl": os.environ.get("CUDA_EXL3_PDL", "default"),
+           "spread": os.environ.get("CUDA_EXL3_SPREAD", "default"),
            "codebook": args.codebook, "exllamav3": ext is not None, "host": platform.node(), "points": []}
     names = range_names
     if args.shapes != ",".join(range_names):  # each name, or a prefix naming one shape ("qkv": its name holds commas)

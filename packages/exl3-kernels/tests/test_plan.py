@@ -667,7 +667,7 @@ def test_fused_it_pins(monkeypatch):
     assert autotune._key(shape, 1, torch.float16, torch.device("cpu"), False) != k1
     monkeypatch.delenv("CUDA_EXL3_FUSED_IT")
     assert autotune._key(shape, 1, torch.float16, torch.device("cpu"), False) == k1
-    for var, value in (("WGMMA", "0"), ("PDL", "0"), ("SPLITK_WORKSPACE_MB", "8"), ("RECON_MIN_M", "256")):
+    for var, value in (("WGMMA", "0"), ("PDL", "0"), ("SPREAD", "0"), ("SPLITK_WORKSPACE_MB", "8"), ("RECON_MIN_M", "256")):
         monkeypatch.setenv("CUDA_EXL3_" + var, value)
         assert autotune._key(shape, 1, torch.float16, torch.device("cpu"), False) != k1, var
         monkeypatch.delenv("CUDA_EXL3_" + var)

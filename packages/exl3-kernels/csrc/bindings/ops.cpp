@@ -655,11 +655,13 @@ bool gemm_a_whole(int64_t bm, bool lohi, int64_t k, int64_t split, int64_t max_k
 // The dynamic shared memory a GEMM launch of `blocks` blocks, needing `smem` bytes each and fitting `occupancy` per SM
 // by its other limits, asks for on the current device (exl3/spread.h; CUDA_EXL3_SPREAD read now): for tests.
 int64_t spread_smem(int64_t smem, int64_t blocks, int64_t occupancy) {
-  TORCH_CHECK(smem >= 0 && smem <= INT32_MAX && blocks >= 0 && occupancy >= 1,
-              "exl3_kernels.spread_smem: needs smem in 0..2^31, blocks >= 0 and occupancy >= 1, got ", smem, ", ", blocks, ", ", occupancy);
+  TORCH_CHECK(smem >= 0 && smem <= INT32_MAX && blocks >= 0 && occupancy >= 1 && occupancy <= INT32_MAX,
+              "exl3_kernels.spread_smem: needs smem in 0..INT32_MAX, blocks >= 0 and occupancy >= 1, got ", smem, ", ", blocks,
+              ", ", occupancy);
   int dev = 0;
   check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
-  return exl3::spread_smem(static_cast<int>(smem), blocks, static_cast<int>(occupancy), dev);
+  // the limit the launchers set (spread_optin of a need below the opt-in maximum: the maximum itself)
+  return exl3::spread_smem(static_cast<int>(smem), blocks, static_cast<int>(occupancy), dev, exl3::spread_optin(0, dev));
 }
 
 // GEMM instances as lohi * 100000 + codebook * 1000 + BM (the plain instances keep their old codes).

@@ -665,23 +665,27 @@ cudaError_t launch_gemm_kernel(const GemmParams& p, cudaStream_t stream) {
   int max_K2 = 0;
   for (int i = 0; i < p.num_shards; ++i) max_K2 = p.shard[i].K2 > max_K2 ? p.shard[i].K2 : max_K2;
   const int smem = kASlice ? fused_smem_bytes_for(BM, max_K2, p.k16_per_split, LOHI) : gemm_smem_bytes_for(BM, max_K2, LOHI);
-  // The dynamic shared memory opt-in is a per-device function attribute: set it once per device to the
-  // maximum over all K2 (and, fused, all slices) of this kernel.
-  static unsigned attr_set_mask = 0;
+  // The dynamic shared memory opt-in is a per-device function attribute: set it once per device to the device's
+  // opt-in maximum (exl3/spread.h, spread_optin; at least the maximum over all K2 and, fused, all slices of this
+  // kernel), and remember the value set, the limit of the spread sizes below.
+  static std::atomic<int> attr_limit[32];  // 0: not set yet on that device
   int dev = 0;
   cudaGetDevice(&dev);
-  if (dev >= 32 || !((attr_set_mask >> dev) & 1u)) {
-    cudaError_t e = cudaFuncSetAttribute(gemm_kernel<CB, BM, LOHI, FORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         spread_optin(kASlice ? fused_smem_max(BM, LOHI) : gemm_smem_bytes_for(BM, 16, LOHI), dev));
+  const int need_max = kASlice ? fused_smem_max(BM, LOHI) : gemm_smem_bytes_for(BM, 16, LOHI);
+  int limit = dev >= 0 && dev < 32 ? attr_limit[dev].load(std::memory_order_acquire) : 0;
+  if (limit == 0) {
+    limit = spread_optin(need_max, dev);
+    cudaError_t e = cudaFuncSetAttribute(gemm_kernel<CB, BM, LOHI, FORM>, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
     if (e != cudaSuccess) return e;
-    if (dev < 32) attr_set_mask |= 1u << dev;
+    if (dev >= 0 && dev < 32) attr_limit[dev].store(limit, std::memory_order_release);
   }
   dim3 grid(p.n_total / 128, (p.m + BM - 1) / BM, p.split);
-  // CUDA_EXL3_SPREAD=1 (A/B knob, exl3/spread.h): a grid below one full wave asks for enough shared memory that no SM
-  // holds more than its even share of blocks (not the cluster form, whose blocks the hardware co-schedules anyway)
+  // a grid below one full wave asks for enough shared memory that no SM holds more than its even share of blocks
+  // (exl3/spread.h; CUDA_EXL3_SPREAD=0 turns it off). Not the cluster form: a cluster is co-scheduled within one GPC,
+  // and clusters of up to 16 blocks that each take a large share of an SM could become unschedulable.
   const int launch_smem = p.cluster ? smem
                                     : spread_smem(smem, static_cast<int64_t>(grid.x) * grid.y * grid.z,
-                                                  GemmOccupancy<BM>::kMinBlocks, dev);
+                                                  GemmOccupancy<BM>::kMinBlocks, dev, limit);
   static const bool image_pdl = kernel_has_pdl(gemm_kernel<CB, BM, LOHI, FORM>);  // thread-safe static init
   if (p.cluster) {
     // the cluster epilogue exists only in sm_90+ code: an image of older PTX (JIT-compiled here) has it compiled out

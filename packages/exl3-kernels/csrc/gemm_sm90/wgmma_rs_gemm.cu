@@ -592,20 +592,24 @@ inline int current_sm_count(int dev) {
 template <int CB, int K2, int BM>
 cudaError_t launch_k2_bm(const RsParams& rp, int nblocks, cudaStream_t stream) {
   const GemmParams& p = rp.g;
-  static std::atomic<unsigned> attr_set_mask{0};  // per device: the dynamic shared memory opt-in of this instance
+  // per device: the dynamic shared memory opt-in set on this instance (0: not yet), the device's opt-in maximum
+  // (exl3/spread.h, spread_optin), and the limit of the spread sizes below
+  static std::atomic<int> attr_limit[32];
   int dev = 0;
   cudaGetDevice(&dev);
-  if (dev >= 32 || !((attr_set_mask.load(std::memory_order_relaxed) >> dev) & 1u)) {
-    const cudaError_t e = cudaFuncSetAttribute(wgmma_rs_kernel<CB, K2, BM>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, spread_optin(smem_bytes<BM>(K2), dev));
+  int limit = dev >= 0 && dev < 32 ? attr_limit[dev].load(std::memory_order_acquire) : 0;
+  if (limit == 0) {
+    limit = spread_optin(smem_bytes<BM>(K2), dev);
+    const cudaError_t e = cudaFuncSetAttribute(wgmma_rs_kernel<CB, K2, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
     if (e != cudaSuccess) return e;
-    if (dev < 32) attr_set_mask.fetch_or(1u << dev, std::memory_order_relaxed);
+    if (dev >= 0 && dev < 32) attr_limit[dev].store(limit, std::memory_order_release);
   }
   const dim3 grid(nblocks, (p.m + BM - 1) / BM, p.split);
-  // CUDA_EXL3_SPREAD=1 (A/B knob, exl3/spread.h): no SM holds more than its even share of a grid below one full wave
+  // no SM holds more than its even share of a grid below one full wave (exl3/spread.h; CUDA_EXL3_SPREAD=0 turns it
+  // off); not the cluster form (see gemm_kernel.cuh, launch_gemm_kernel)
   const int smem = p.cluster ? smem_bytes<BM>(K2)
                             : spread_smem(smem_bytes<BM>(K2), static_cast<int64_t>(grid.x) * grid.y * grid.z,
-                                          Cfg<BM>::kMinBlocks, dev);
+                                          Cfg<BM>::kMinBlocks, dev, limit);
   static const bool image_pdl = kernel_has_pdl(wgmma_rs_kernel<CB, K2, BM>);
   // PDL per launch, by the rule of ops.cpp (gemm_setup) applied to this grid, not the layer's: a fused layer's
   // per-K grids can be smaller than the SM count where the layer's is not.

@@ -288,13 +288,13 @@ def splitk_finish_on(m: int) -> bool:
 def _key(shape: LayerShape, m: int, dtype: torch.dtype, device: torch.device, deterministic: bool) -> tuple:
     """Cache key of a plan: (shape, m bucket, dtype, device, deterministic mode, then every variable that changes the
     candidates or their timings: CUDA_EXL3_CLUSTER unset / 0 / 1 (which split-k plans exist and how the accumulator
-    plans run), FUSED_IT, WGMMA, WGMMA_RS, WGMMA_RS_CLUSTER, WGMMA_SK, PDL, SPLITK_FINISH, SPLITK_WORKSPACE_MB (which split-k plans fit), RECON_MIN_M (the
+    plans run), FUSED_IT, WGMMA, WGMMA_RS, WGMMA_RS_CLUSTER, WGMMA_SK, PDL, SPREAD, SPLITK_FINISH, SPLITK_WORKSPACE_MB (which split-k plans fit), RECON_MIN_M (the
     cost model's dense-path threshold), AUTOTUNE_GRAPH (how candidates are timed) and LOHI (=0 times no lohi plan)). Changing one of them in a running
     process gives new plans instead of stale ones."""
     return (shape, m_bucket(m), dtype, device, deterministic, cluster_mode(), env.get_bool("FUSED_IT", True),
             env.get_bool("WGMMA", True), env.get_bool("WGMMA_RS", True), env.get_bool("WGMMA_RS_CLUSTER", True),
             env.get_bool("WGMMA_SK", True),
-            env.get_bool("PDL", True), env.get_bool("SPLITK_FINISH", True),
+            env.get_bool("PDL", True), env.get_bool("SPREAD", True), env.get_bool("SPLITK_FINISH", True),
             env.get_int("SPLITK_WORKSPACE_MB", 64),
             env.get_int("RECON_MIN_M", 1024), env.get_bool("AUTOTUNE_GRAPH", False), env.get("LOHI") or "")
 

@@ -39,7 +39,11 @@ CODEBOOK_NAMES = {v: k for k, v in CODEBOOK_IDS.items()}
 
 # Whether the input transform before a GEMM lets the GEMM launch before its own wait for the previous kernel
 # (_ops.input_transform(early=True)) instead of right after it. A/B studies set it (bench/bench_gemm.py --it-early);
-# the default and the measurement behind it: docs/kernels.md, "The input transform is a PDL launch".
+# the default and the measurement behind it: docs/kernels.md, "The input transform is a PDL launch". With it, the
+# GEMM's pre-wait part (trellis prefetch; the wgmma GEMM also stages svh and bias) may overlap the kernel two back
+# (the previous op's last one), so the GEMM contract of ops.cpp ("the kernel launched just before must not write the
+# trellis") then extends to that kernel and to svh and bias: true for the layers of this package, whose weights no
+# kernel writes.
 IT_EARLY = False
 
 
