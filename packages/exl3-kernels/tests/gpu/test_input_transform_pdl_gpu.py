@@ -21,7 +21,7 @@ import torch
 from exl3_kernels import _ops, autotune, linear, workspace
 from exl3_kernels.linear import Exl3Layer, exl3_linear
 
-from _gpu_util import compiled, random_layer, reference_forward, rel_err
+from _gpu_util import capture_graph, compiled, random_layer, reference_forward, rel_err
 from test_gemm_gpu import CBS, TOL, _acc_is_zero
 
 # (path, bm, split, m): the plain GEMM with the tile finisher (m <= 16, split 4) and without split-k, the plain GEMM
@@ -93,14 +93,7 @@ def test_chained_layers_with_pdl_input_transform(path, bm, split, m, early, monk
         y1 = reference_forward(x, t1, su1, sv1, b1, cb).to(torch.bfloat16)
         assert rel_err(got, reference_forward(y1, t2, su2, sv2, None, cb)) < 2 * TOL[torch.bfloat16]
 
-        g = torch.cuda.CUDAGraph()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            run(x)
-        torch.cuda.current_stream().wait_stream(s)
-        with torch.cuda.graph(g):
-            out = run(x)
+        g, out = capture_graph(lambda: run(x))
         for i in range(4):
             x.copy_(torch.randn_like(x))
             g.replay()
