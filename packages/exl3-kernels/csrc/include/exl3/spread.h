@@ -1,11 +1,11 @@
-// Even placement of a grid smaller than one full wave (docs/kernels.md, "Grids below one wave spread evenly"). A grid
-// of B blocks on S SMs whose blocks fit `occupancy` per SM by their other limits fills at most per = ceil(B / S) per SM
-// when spread evenly; the block scheduler need not spread it so: a grid launched early by PDL lands on the SMs that
-// free up first, several blocks per SM, while other SMs stay idle (measured on the H200: 4096x4096 m = 16, BM16 split 8,
-// 256 blocks, 14.5-15.0 us in some processes against 9.8 with this rule). So the launch asks for the smallest dynamic
-// shared memory above its need at which per + 1 blocks no longer fit on an SM (per blocks still do). On by default;
-// CUDA_EXL3_SPREAD=0 (or the old spelling VLLM_EXL3_SPREAD; exl3_kernels.env validates the value and warns about the
-// old name) turns it off, read at each launch. Host only.
+// Even placement of a grid smaller than one full wave (docs/kernels.md, "Grids below one full wave spread evenly").
+// A grid of B blocks on S SMs whose blocks fit `occupancy` per SM by their other limits fills at most per = ceil(B / S)
+// per SM when spread evenly; the block scheduler need not spread it so. Our reading (not traced): a grid launched early
+// by PDL lands on the SMs that free up first, several blocks per SM, while other SMs stay idle (measured on the H200:
+// 4096x4096 m = 16, BM16 split 8, 256 blocks, 14.5-15.0 us in some processes against 9.8 with this rule). So the launch
+// asks for the smallest dynamic shared memory above its need at which per + 1 blocks no longer fit on an SM (per
+// blocks still do). On by default; CUDA_EXL3_SPREAD=0 (or the old spelling VLLM_EXL3_SPREAD; exl3_kernels.env validates
+// the value and warns about the old name) turns it off, read at each launch. Host only.
 #pragma once
 #include <cuda_runtime.h>
 
