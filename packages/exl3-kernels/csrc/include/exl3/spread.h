@@ -29,7 +29,8 @@ inline bool spread_on() {
   for (; n < 7 && e[n] != '\0'; ++n) v[n] = static_cast<char>(std::tolower(static_cast<unsigned char>(e[n])));
   if (e[n] != '\0' && !std::isspace(static_cast<unsigned char>(e[n]))) return true;  // longer than any off spelling
   while (n > 0 && std::isspace(static_cast<unsigned char>(v[n - 1]))) v[--n] = '\0';
-  return !(v[0] == '\0' || !std::strcmp(v, "0") || !std::strcmp(v, "false") || !std::strcmp(v, "no") || !std::strcmp(v, "off"));
+  return !(v[0] == '\0' || !std::strcmp(v, "0") || !std::strcmp(v, "false") || !std::strcmp(v, "no") ||
+           !std::strcmp(v, "off"));
 }
 
 struct DeviceSmem {
