@@ -18,7 +18,8 @@ from exl3_kernels import _ops, workspace
 from _gpu_util import compiled, random_layer, reference_forward, rel_err
 from test_gemm_gpu import CBS, TOL, _acc_is_zero
 
-RESERVED = 1024  # shared memory the driver reserves per block (sm_80 and later)
+RESERVED = 1024  # shared memory the driver reserves per block on sm_80 and later (cudaDevAttrReservedSharedMemoryPerBlock;
+# CUDA C++ Programming Guide, "Shared Memory" of the compute capability 8.x / 9.0 sections)
 
 
 def _need_rule():
