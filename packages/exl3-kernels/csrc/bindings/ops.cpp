@@ -284,12 +284,16 @@ Tensor gemm_setup(exl3::GemmParams& p, const char* op, const Tensor& xh, const s
   Tensor y = at::empty({m, n_total}, xh.options().dtype(out_dtype));
   p.y = y.data_ptr();
   p.y_bf16 = out_dtype == at::kBFloat16;
-  // PDL only for grids of at least one block per SM: a smaller grid launched early (while the input transform's
-  // blocks still fill the SMs) was measured 1.6x slower on the H200 (qkv 4096x6144, m = 256, BM128 split 1, 96 blocks:
-  // 122.5 us with PDL, 75.8 without; bench/results/profiles/replay-gap-9c7cb9e/), which we read as its blocks being
-  // placed two per SM on the first SMs to free up instead of one per SM.
+  // PDL for a grid below one block per SM only where the spread rule places it (exl3/spread.h: on, not a cluster
+  // launch). Without that rule such a grid launched early (while the input transform's blocks still fill the SMs) was
+  // measured 1.6x slower on the H200 (qkv 4096x6144, m = 256, BM128 split 1, 96 blocks: 122.5 us with PDL, 75.8
+  // without; bench/results/profiles/replay-gap-9c7cb9e/), which we read as its blocks being placed two per SM on the
+  // first SMs to free up. With the spread rule on, PDL for those grids measured 1-10% faster on mma.sync plans of 64-128
+  // blocks and the same qkv plan 1.3% faster (bench/results/profiles/pdl-grid-s33/); cluster launches keep the rule
+  // (the spread rule skips them; not measured). The wgmma GEMM (BM 256) holds one block per SM by its registers.
   const int64_t grid_blocks = (n_total / 128) * ((m + bm - 1) / bm) * split;
-  p.pdl = pdl && device_has_pdl(xh.device()) && grid_blocks >= sm_count(xh.device()) ? 1 : 0;
+  const bool placed = exl3::spread_on() && !p.cluster;
+  p.pdl = pdl && device_has_pdl(xh.device()) && (placed || grid_blocks >= sm_count(xh.device())) ? 1 : 0;
   p.timeline = timeline_take(m > 0 ? grid_blocks : 0);  // nullptr unless timeline_set gave a buffer (profiling builds)
   return y;
 }

@@ -612,9 +612,11 @@ cudaError_t launch_k2_bm(const RsParams& rp, int nblocks, cudaStream_t stream) {
                                           Cfg<BM>::kMinBlocks, dev, limit);
   static const bool image_pdl = kernel_has_pdl(wgmma_rs_kernel<CB, K2, BM>);
   // PDL per launch, by the rule of ops.cpp (gemm_setup) applied to this grid, not the layer's: a fused layer's
-  // per-K grids can be smaller than the SM count where the layer's is not.
+  // per-K grids can be smaller than the SM count where the layer's is not. A grid the spread rule places (on, not a
+  // cluster launch) takes PDL at any size.
   const bool pdl = p.pdl != 0 && image_pdl &&
-                   static_cast<int64_t>(grid.x) * grid.y * grid.z >= current_sm_count(dev);
+                   ((spread_on() && !p.cluster) ||
+                    static_cast<int64_t>(grid.x) * grid.y * grid.z >= current_sm_count(dev));
   if (p.cluster) {
     // clusters above 8 blocks need the non-portable opt-in (sm_90 allows 16); set once per device, as above
     static std::atomic<unsigned> cluster_attr_mask{0};
