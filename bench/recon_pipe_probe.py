@@ -1,5 +1,6 @@
-"""Probe (written in the thirty-second session, not yet run): does the reconstruct path gain from building W's column
-chunk j + 1 on a second stream while cuBLAS multiplies chunk j?
+"""Probe (written in the thirty-second session, run in the thirty-third: no, see docs/kernels.md, "The reconstruct path
+in pipelined column chunks does not pay"): does the reconstruct path gain from building W's column chunk j + 1 on a
+second stream while cuBLAS multiplies chunk j?
 
 Today the path is two kernels in series: reconstruct (W = the layer's dense bf16 weight, both Hadamards folded in,
 written to a workspace) then cuBLAS. At m = 256 on 4096x4096 that is ~14.5 + ~15 us against cuBLAS's ~15 alone; at
