@@ -284,13 +284,19 @@ Tensor gemm_setup(exl3::GemmParams& p, const char* op, const Tensor& xh, const s
   Tensor y = at::empty({m, n_total}, xh.options().dtype(out_dtype));
   p.y = y.data_ptr();
   p.y_bf16 = out_dtype == at::kBFloat16;
-  // PDL for a grid below one block per SM only where the spread rule places it (exl3/spread.h: on, not a cluster
-  // launch). Without that rule such a grid launched early (while the input transform's blocks still fill the SMs) was
-  // measured 1.6x slower on the H200 (qkv 4096x6144, m = 256, BM128 split 1, 96 blocks: 122.5 us with PDL, 75.8
-  // without; bench/results/profiles/replay-gap-9c7cb9e/), which we read as its blocks being placed two per SM on the
-  // first SMs to free up. With the spread rule on, PDL for those grids measured 1-10% faster on mma.sync plans of 64-128
-  // blocks and the same qkv plan 1.3% faster (bench/results/profiles/pdl-grid-s33/); cluster launches keep the rule
-  // (the spread rule skips them; not measured). The wgmma GEMM (BM 256) holds one block per SM by its registers.
+  // PDL for a grid below one block per SM only with the spread rule on (exl3/spread.h) and not for a cluster launch
+  // (the spread skips those; not measured). Without that rule such a grid launched early (while the input transform's
+  // blocks still fill the SMs) was measured 1.6x slower on the H200 (qkv 4096x6144, m = 256, BM128 split 1, 96 blocks:
+  // 122.5 us with PDL, 75.8 without; bench/results/profiles/replay-gap-9c7cb9e/), which we read as its blocks being
+  // placed two per SM on the first SMs to free up. With the rule on, PDL for those grids measured 1-10% faster on
+  // mma.sync plans of 64-128 blocks and the same qkv plan 1.3% faster (bench/results/profiles/pdl-grid-s33/).
+  // `placed` stands for "the launcher spreads this grid": true for today's kernels, whose minimum blocks per SM are
+  // >= 2 (so a grid below one block per SM, per = 1, is always spread) and whose spread size (per_sm / 2 - reserved,
+  // ~113 KB on sm_90) is below the opt-in limit; where spread_smem keeps `smem` because it is already that large, the
+  // kernel's own shared memory keeps a second block off the SM. The wgmma GEMM (BM 256; not spread) holds one block
+  // per SM by its registers (384 x 168) and shared memory (>= 192 KB of rings); its sub-wave grids take PDL under the
+  // same condition (one point measured: 17408x5120 m = 256 split 3, 120 blocks, 100.2 -> 97.8 us). Stream-k keeps the
+  // old rule (gemm_wgmma below). A launcher-side check of the size actually launched is the sturdier form (not built).
   const int64_t grid_blocks = (n_total / 128) * ((m + bm - 1) / bm) * split;
   const bool placed = exl3::spread_on() && !p.cluster;
   p.pdl = pdl && device_has_pdl(xh.device()) && (placed || grid_blocks >= sm_count(xh.device())) ? 1 : 0;

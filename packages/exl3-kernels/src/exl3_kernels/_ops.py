@@ -207,7 +207,7 @@ def gemm(xh: torch.Tensor, trellis: list[torch.Tensor], svh: list[torch.Tensor],
     here, at every call; a captured CUDA graph keeps the setting of its capture): the GEMM then prefetches its
     first trellis stages while the kernel before it on the stream (the input transform) still runs, so that
     kernel must not write the trellis. A grid below one block per SM takes PDL only where CUDA_EXL3_SPREAD is on
-    and the launch is not a cluster launch (csrc/bindings/ops.cpp, gemm_setup; docs/kernels.md).
+    and the launch is not a cluster or stream-k launch (csrc/bindings/ops.cpp, gemm_setup; docs/kernels.md).
 
     ``cluster``: None = CUDA_EXL3_CLUSTER (read here, at every call); True / False override it. With it a split-k
     GEMM on sm_90+ (split 2..16) reduces its partial sums inside one thread block cluster

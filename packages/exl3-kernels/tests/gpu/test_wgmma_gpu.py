@@ -126,8 +126,8 @@ def test_wgmma_pdl_changes_nothing(split, monkeypatch):
     the grid is made large enough (>= one block per SM) for PDL to be used."""
     cb = _cb_with(8)
     trellis, suh, svh, _ = random_layer(1024, [8192], [8], seed=37)
-    # m = 600: 64 x 3 = 192 blocks at split 1, above the 132 SMs of an H200, so PDL is really used (ops.cpp launches
-    # grids smaller than the SM count without it)
+    # m = 600: 64 x 3 = 192 blocks at split 1, above the 132 SMs of an H200, so PDL is really used whatever
+    # CUDA_EXL3_SPREAD says (ops.cpp launches grids smaller than the SM count without it when the spread rule is off)
     x = torch.randn(600, 1024, device="cuda", dtype=torch.float16)
     out = {}
     for pdl in ("1", "0"):

@@ -5,8 +5,8 @@
 // 4096x4096 m = 16, BM16 split 8, 256 blocks, 14.5-15.0 us in some processes against 9.8 with this rule). So the launch
 // asks for the smallest dynamic shared memory above its need at which per + 1 blocks no longer fit on an SM (per
 // blocks still do). On by default; CUDA_EXL3_SPREAD=0 (or the old spelling VLLM_EXL3_SPREAD; exl3_kernels.env validates
-// the value and warns about the old name) turns it off, read at each launch. The grids it places also take PDL at any
-// size (ops.cpp, gemm_setup; the register-A launcher); with it off, grids below one block per SM launch without. Host only.
+// the value and warns about the old name) turns it off, read at each launch. With it on, GEMM grids below one block
+// per SM also take PDL (ops.cpp, gemm_setup; the register-A launcher); with it off they launch without. Host only.
 #pragma once
 #include <cuda_runtime.h>
 
