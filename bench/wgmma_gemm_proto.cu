@@ -13,7 +13,8 @@
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //        -Ipackages/exl3-kernels/csrc/include -Xcompiler -idirafter -Xcompiler $V/include \
 //        bench/wgmma_gemm_proto.cu -L$V/lib -l:libcublas.so.13 -Xlinker -rpath=$PWD/$V/lib -o /tmp/wgmma_gemm_proto
-// Add -Xptxas -v: 30 kernel instances, no spills, no stack. Launch registers 168 (P = 1: every variant; setmaxnreg
+// Add -Xptxas -v: 38 GEMM kernel instances (30 before the thirty-fourth session's variants 8-14), no spills, no stack
+// (the reference decoder decode_ref_kernel<mcg, K = 8> spills 4 bytes). Launch registers 168 (P = 1: every variant; setmaxnreg
 // producers 96 / consumers 200), 128 / 96 (P = 2 / 3, full only). C7518 (wgmma serialized: compiler-inserted
 // warpgroup wait in a divergent path) on the 12 P = 2, 3 instances only, the price of their if/else role split (the
 // P = 1 fall-through layout spills their accumulators: C7512). No wgmma remark on any P = 1 variant. SASS: 12
@@ -23,11 +24,14 @@
 // /work/main/.venv (V=/work/main/.venv/lib/python3.11/site-packages/nvidia/cu13, rpath $V/lib).
 // Run (H100/H200, no arguments):  /tmp/wgmma_gemm_proto
 //   optional: /tmp/wgmma_gemm_proto check   (correctness only: the 12 checks for each P = 1, 2, 3 (full), then the
-//                                            same 12 for P = 1 full-tma: 48 checks)
-//             /tmp/wgmma_gemm_proto time    (timing only, P = 1 only: per shape and m, all 8 variants side by side
+//                                            same 12 for P = 1 full-tma, 4 for full-tma-kin and 4 for
+//                                            full-tma-serial: 56 checks)
+//             /tmp/wgmma_gemm_proto time    (timing only, P = 1 only: per shape and m, the variants side by side
 //                                            (us, us per stage and SM, and "net" us per stage = minus the epilogue
 //                                            variant's time) and cuBLAS; JSON lines carry "variant", "us_stage",
-//                                            "net_us_stage")
+//                                            "net_us_stage"; PROTO_VARIANTS / PROTO_MS / PROTO_SHAPES select, see
+//                                            g_variants; PROTO_NO_EPILOGUE=1 launches only the selected variant, for
+//                                            ncu)
 // Measured (H200, 2026-11-30, the P = 1 kernel before the changes below): all 12 checks PASS; 4096x11008 m = 128 /
 // 256 / 1024 / 4096: 58.7 / 79.4 / 295.3 / 988.2 us (cuBLAS fp16 39.0 / 49.5 / 146.5 / 522.9); 17408x5120 m = 1024 /
 // 4096: 474.2 / 1804.0 us (cuBLAS 244.4 / 960.9); ~300-420 TFLOP/s at every m.
@@ -38,9 +42,12 @@
 //               m = 4096: full 1.41 (938 us), mma-only 1.12, decode-only 0.70, cuBLAS 532.6 us
 //   17408x5120: mma-only 0.96-1.11. P = 2, 3 slower everywhere (serialized wgmma, decode no faster). Clock 1980 MHz.
 //   So the MMA side is the bottleneck: mma-only (no decode at all) runs at 40-50% of the wgmma peak.
-// Consumer-side diagnostics (this version, NOT YET RUN): variants mma-spin, mma-sync, mma-tma, full-tma, epilogue
-// (see "Variants" below), all P = 1; the P = 2, 3 mma-only / decode-only instances are no longer built (P = 2, 3
-// full stays built and checked).
+// Consumer-side diagnostics (a1ddb41, measured on the H200 in docs/hopper-gemm.md): variants mma-spin, mma-sync,
+// mma-tma, full-tma, epilogue (see "Variants" below), all P = 1; the P = 2, 3 mma-only / decode-only instances are no
+// longer built (P = 2, 3 full stays built and checked).
+// Interference diagnostics (thirty-fourth session, variants 8-14; bench/results/profiles/wgmma-interference-s34/):
+// alu-tma, smem-tma, full-tma-kin and mma-tma-kin measured on the H200 (52 checks passed then, before the serial
+// checks existed); full-tma-serial, alu-half-tma and smem-half-tma built and not yet run.
 // Exit code: 0 when every check passes, 1 on any FAIL, 2 on a CUDA error or a pipeline timeout.
 //
 // ---------------------------------------------------------------------------------------------------------------
@@ -194,16 +201,58 @@ struct Cfg {
 //                 stages ahead); trellis cp.async and decode unchanged. Computes a real result (checked).
 //   7 epilogue    no k loop at all: launch, (memset for split-k), accumulator stores of zeros. The fixed cost that
 //                 every other variant's time includes; time mode subtracts it for the "net" per-stage numbers.
+// Interference diagnostics (thirty-fourth session; full-tma with one half of the producers' work taken out, so that
+// the MMAs run against only the register-side or only the shared-memory-side of the decode):
+//   8 alu-tma     full-tma without the producers' shared-memory traffic: no trellis copy, no window loads, no B
+//                 stores. The same decode arithmetic runs on window words made in registers (one LOP3 per word from
+//                 a per-stage seed, in place of the LDS) and its fragments are folded into a register sink (two LOP3
+//                 per tile, in place of the four STS), written out under a condition that never holds (p.m < 0).
+//   9 smem-tma    full-tma without the decode arithmetic: the trellis copies, the window loads and the four B
+//                 stores per tile as in full-tma, but the stored words are the raw window words themselves.
+//                 B is garbage in both; neither is checked.
+//  10 full-tma-kin  full-tma with the consumers' wgmma order k-inner: per stage the four k16 steps of the first m64
+//                 half, then those of the second (acc0 kk 0..3, acc1 kk 0..3) instead of alternating the halves
+//                 (acc0 kk0, acc1 kk0, acc0 kk1, ...). Same products in the same order per accumulator: checked.
+//  11 mma-tma-kin mma-tma with the same k-inner order.
+//  12 full-tma-serial  full-tma with decode and MMA taking turns: the consumers retire every stage's group at once
+//                 (wait_group 0) and release that stage; the producers decode stage s only after stage s - 1's
+//                 wgmmas completed (a wait on its empty barrier). Loads still run 2 stages ahead. Checked.
+//  13 alu-half-tma  alu-tma with only half of each warp's tiles decoded (4 of 8): how the ALU side's cost scales.
+//  14 smem-half-tma smem-tma with the window loads and B stores of only half of each warp's tiles (the raw trellis
+//                 copies stay whole): how the shared-memory side's cost scales.
 constexpr int kFull = 0, kMmaOnly = 1, kDecodeOnly = 2, kMmaSpin = 3, kMmaSync = 4, kMmaTma = 5, kFullTma = 6,
-              kEpilogue = 7;
-__host__ __device__ constexpr bool v_tma(int v) { return v == kMmaTma || v == kFullTma; }
-__host__ __device__ constexpr bool v_decode(int v) { return v == kFull || v == kDecodeOnly || v == kFullTma; }
+              kEpilogue = 7, kAluTma = 8, kSmemTma = 9, kFullTmaKin = 10, kMmaTmaKin = 11, kFullTmaSerial = 12,
+              kAluHalfTma = 13, kSmemHalfTma = 14;
+constexpr int kNumVariants = 15;
+// The producers of the k-inner, serial and half variants are those of their base variant (plus the serial wait, or
+// half the tiles).
+__host__ __device__ constexpr int v_base(int v) {
+  return (v == kFullTmaKin || v == kFullTmaSerial) ? kFullTma
+         : v == kMmaTmaKin                         ? kMmaTma
+         : v == kAluHalfTma                        ? kAluTma
+         : v == kSmemHalfTma                       ? kSmemTma
+                                                   : v;
+}
+__host__ __device__ constexpr bool v_half(int v) { return v == kAluHalfTma || v == kSmemHalfTma; }
+__host__ __device__ constexpr bool v_serial(int v) { return v == kFullTmaSerial; }
+__host__ __device__ constexpr bool v_kinner(int v) { return v == kFullTmaKin || v == kMmaTmaKin; }
+__host__ __device__ constexpr bool v_tma(int v) {
+  return v_base(v) == kMmaTma || v_base(v) == kFullTma || v_base(v) == kAluTma || v_base(v) == kSmemTma;
+}
+// v_decode: the producers' decode step runs (in some form); v_traw: they copy the raw trellis and load the window
+// words from shared memory; v_alu: the decode arithmetic; v_bstore: they store B.
+__host__ __device__ constexpr bool v_decode(int v) {
+  return v == kFull || v == kDecodeOnly || v == kFullTma || v == kAluTma || v == kSmemTma;
+}
+__host__ __device__ constexpr bool v_traw(int v) { return v_decode(v) && v != kAluTma; }
+__host__ __device__ constexpr bool v_alu(int v) { return v_decode(v) && v != kSmemTma; }
+__host__ __device__ constexpr bool v_bstore(int v) { return v_decode(v) && v != kAluTma; }
 __host__ __device__ constexpr bool v_cpasync_a(int v) { return v == kFull || v == kMmaOnly || v == kDecodeOnly; }
 __host__ __device__ constexpr bool v_wgmma(int v) { return v != kDecodeOnly && v != kEpilogue; }
-__host__ __device__ constexpr bool v_real(int v) { return v == kFull || v == kFullTma; }  // computes C
-// full[] arrival count: 128 P producer threads; TMA variants add (6) or are (5) one arrive.expect_tx per use.
+__host__ __device__ constexpr bool v_real(int v) { return v == kFull || v_base(v) == kFullTma; }  // computes C
+// full[] arrival count: 128 P producer threads; TMA variants add (6, 8, 9) or are (5) one arrive.expect_tx per use.
 __host__ __device__ constexpr int full_count(int v, int producers) {
-  return v == kMmaTma ? 1 : (v == kFullTma ? producers + 1 : producers);
+  return v_base(v) == kMmaTma ? 1 : (v_tma(v) ? producers + 1 : producers);
 }
 constexpr int kAStageBytes = kBM * kBK * 2;  // 32 KB
 constexpr int kBStageBytes = kBN * kBK * 2;  // 16 KB
@@ -306,8 +355,11 @@ __device__ __forceinline__ void decode_raw_tile(const uint32_t (&w)[3], int r, u
   }
 }
 
-template <int CB, int K2, int P, int V>
+template <int CB, int K2, int P, int VV>
 __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_begin, int ns, int row0, int tn0) {
+  constexpr int V = v_base(VV);
+  constexpr bool kSerial = v_serial(VV);
+  constexpr int kTilesWorked = v_half(VV) ? Cfg<P>::kMaxTiles / 2 : Cfg<P>::kMaxTiles;  // tiles decoded / loaded + stored
   using C = Cfg<P>;
   using RW = RawWindow<K2>;
   constexpr int kTileWords = 4 * K2;
@@ -379,7 +431,7 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_b
 #pragma unroll
       for (int j = 0; j < kAJ; ++j)
         if (j < a_nj) cp_async16(a_dst + slot * kAStageBytes + j * kRowStep * 128, a_s + j * a_step, 16);
-    } else if constexpr (V == kFullTma) {
+    } else if constexpr (v_tma(V)) {  // kFullTma, kAluTma, kSmemTma (kMmaTma returned above)
       // full[slot] of stage s: this arrive.expect_tx (the + 1 of its count) and the 32 KB of the TMA, then the
       // 128 P arrivals after the decode. Issued after the empty wait of this stage's slot (or in the prologue,
       // before the slot's first use), so it never lands in the previous phase. Rows >= m: TMA zero-fills them,
@@ -389,7 +441,7 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_b
         tma_load_2d(smem + kAOff + slot * kAStageBytes, &p.tmap_a, (s_begin + s) * kBK, row0, full0 + 8 * slot);
       }
     }
-    if constexpr (v_decode(V)) {
+    if constexpr (v_traw(V)) {
       const int cg = col_group(s), nt = n_tiles(cg);
       const char* src = reinterpret_cast<const char*>(t_row_src + s * t_stage_words + cg * kTileWords);
       const uint32_t dst = smem + kTOff + tslot * kTStage + (uint32_t)((tr * 8 + cg) * kTileBytes);
@@ -406,6 +458,9 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_b
   const uint32_t xo0 = smem + kBOff + (uint32_t)(g * 128 + (((2 * tr + 0) ^ g) << 4) + 4 * q);
   const uint32_t xo1 = smem + kBOff + (uint32_t)(g * 128 + (((2 * tr + 1) ^ g) << 4) + 4 * q);
   const exl3::DecodeConsts dk = exl3::DecodeConsts::make();
+  // alu-tma: per-lane seeds of the register-made window words, and the sink of the decoded fragments.
+  const uint32_t seed0 = (uint32_t)pt * 0x27D4EB2Du + 0x165667B1u, seed1 = (uint32_t)pt * 0x85EBCA77u + 0x9E3779B9u;
+  uint32_t sink = 0;
 
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
@@ -425,8 +480,11 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_b
     // reads were copied by lanes of the same warp).
     cp_async_wait<kAhead>();
     const int slot = s % kStages;
+    // full-tma-serial: stage s - 1's wgmmas are complete (its slot released) before stage s is decoded.
+    if constexpr (kSerial)
+      if (s > 0) mbar_wait(empty0 + 8 * ((s - 1) % kStages), ((s - 1) / kStages) & 1, p.diag, 0, s, (s - 1) % kStages);
     if constexpr (v_decode(V)) {
-      __syncwarp();
+      if constexpr (v_traw(V)) __syncwarp();
       // (3) decode this warp's tiles (tile row tr, columns cg + P i) into B[s % kStages].
       const int cg = col_group(s), nt = n_tiles(cg);
       const uint32_t toff = (uint32_t)((s % kRaw) * kTStage + cg * kTileBytes);
@@ -436,27 +494,43 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_b
       // All window words first: in program order each tile's loads would otherwise sit behind the previous
       // tile's stores (ptxas keeps shared loads after shared stores it cannot disambiguate).
       uint32_t wv[kMaxT][3];
+      // alu-tma: the stage's seeds (2 IMAD per stage), then one LOP3 per window word below.
+      const uint32_t sa = seed0 + (uint32_t)s * 0x9E3779B9u, sb = seed1 + (uint32_t)s * 0xC2B2AE35u;
       static_for<kMaxT>([&](auto i_c) {
         constexpr int i = decltype(i_c)::value;
-        constexpr int kW = i * P * kTileBytes;
         wv[i][2] = wv[i][1] = wv[i][0] = 0;
-        if ((8 % P == 0) || i < nt) {
-          wv[i][0] = lds_at<kW>(a0);
-          if constexpr (RW::kWords > 1) wv[i][1] = lds_at<kW>(a1);
-          if constexpr (RW::kWords > 2) wv[i][2] = lds_at<kW>(a2);
+        if (((8 % P == 0) || i < nt) && i < kTilesWorked) {
+          if constexpr (v_traw(V)) {
+            constexpr int kW = i * P * kTileBytes;
+            wv[i][0] = lds_at<kW>(a0);
+            if constexpr (RW::kWords > 1) wv[i][1] = lds_at<kW>(a1);
+            if constexpr (RW::kWords > 2) wv[i][2] = lds_at<kW>(a2);
+          } else {
+            wv[i][0] = sa ^ (0x01000193u * (3u * i + 1u));
+            if constexpr (RW::kWords > 1) wv[i][1] = sb ^ (0x01000193u * (3u * i + 2u));
+            if constexpr (RW::kWords > 2) wv[i][2] = (sa + sb) ^ (0x01000193u * (3u * i + 3u));
+          }
         }
       });
       static_for<kMaxT>([&](auto i_c) {
         constexpr int i = decltype(i_c)::value;
-        constexpr int kS = i * P * 16 * 128;  // tile column cg + P i: 16 columns of 128 bytes each
-        if ((8 % P == 0) || i < nt) {
+        if (((8 % P == 0) || i < nt) && i < kTilesWorked) {
           uint32_t frag[4];
-          decode_raw_tile<CB, K2>(wv[i], lw.r, frag, dk);
-          // frag f: k chunk f & 1 (b0 / b1), column half f >> 1 (+8 columns = +1024 bytes).
-          sts_at<kS>(b0, frag[0]);
-          sts_at<kS>(b1, frag[1]);
-          sts_at<kS + 8 * 128>(b0, frag[2]);
-          sts_at<kS + 8 * 128>(b1, frag[3]);
+          if constexpr (v_alu(V)) {
+            decode_raw_tile<CB, K2>(wv[i], lw.r, frag, dk);
+          } else {  // smem-tma: the raw words stand in for the fragments
+            frag[0] = wv[i][0]; frag[1] = wv[i][1]; frag[2] = wv[i][RW::kWords > 2 ? 2 : 0]; frag[3] = wv[i][0];
+          }
+          if constexpr (v_bstore(V)) {
+            constexpr int kS = i * P * 16 * 128;  // tile column cg + P i: 16 columns of 128 bytes each
+            // frag f: k chunk f & 1 (b0 / b1), column half f >> 1 (+8 columns = +1024 bytes).
+            sts_at<kS>(b0, frag[0]);
+            sts_at<kS>(b1, frag[1]);
+            sts_at<kS + 8 * 128>(b0, frag[2]);
+            sts_at<kS + 8 * 128>(b1, frag[3]);
+          } else {
+            sink ^= frag[0] ^ frag[1] ^ frag[2] ^ frag[3];
+          }
         }
       });
     }
@@ -465,6 +539,8 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_b
     mbar_arrive(full0 + 8 * slot);
   }
   cp_async_wait<0>();
+  if constexpr (V == kAluTma)
+    if (p.m < 0) p.C[pt] = __uint_as_float(sink);  // never true: keeps the decode arithmetic alive
 }
 
 // ------------------------------------------------------------------ consumers (warpgroups P, P + 1)
@@ -487,17 +563,32 @@ __device__ __forceinline__ void consumer_loop(const Params& p, uint32_t smem, in
       // slot offsets opaque so every variant runs the same per-stage descriptor arithmetic.
       if constexpr (!kSync) asm volatile("" : "+l"(ao), "+l"(bo));
       wgmma_fence();
-      static_for<kBK / 16>([&](auto kk_c) {
-        constexpr int kk = decltype(kk_c)::value;
-        constexpr uint64_t ko = (kk * 32) >> 4;  // k16 step = 32 bytes inside the 128-byte swizzle row
-        wgmma_m64n128k16(acc0, da0 + ao + ko, db + bo + ko);
-        if constexpr (NM > 1) wgmma_m64n128k16(acc1, da1 + ao + ko, db + bo + ko);
-      });
+      if constexpr (v_kinner(V)) {
+        static_for<kBK / 16>([&](auto kk_c) {
+          constexpr uint64_t ko = (decltype(kk_c)::value * 32) >> 4;
+          wgmma_m64n128k16(acc0, da0 + ao + ko, db + bo + ko);
+        });
+        if constexpr (NM > 1)
+          static_for<kBK / 16>([&](auto kk_c) {
+            constexpr uint64_t ko = (decltype(kk_c)::value * 32) >> 4;
+            wgmma_m64n128k16(acc1, da1 + ao + ko, db + bo + ko);
+          });
+      } else {
+        static_for<kBK / 16>([&](auto kk_c) {
+          constexpr int kk = decltype(kk_c)::value;
+          constexpr uint64_t ko = (kk * 32) >> 4;  // k16 step = 32 bytes inside the 128-byte swizzle row
+          wgmma_m64n128k16(acc0, da0 + ao + ko, db + bo + ko);
+          if constexpr (NM > 1) wgmma_m64n128k16(acc1, da1 + ao + ko, db + bo + ko);
+        });
+      }
       wgmma_commit();
-      wgmma_wait<1>();  // the group of stage s - 1 is complete: its slot can be refilled
+      if constexpr (v_serial(V)) wgmma_wait<0>();  // serial: this stage's group is complete
+      else wgmma_wait<1>();  // the group of stage s - 1 is complete: its slot can be refilled
     }
-    if constexpr (kSync)
-      if (s > 0) mbar_arrive(empty0 + 8 * ((s - 1) % kStages));
+    if constexpr (kSync) {
+      if constexpr (v_serial(V)) mbar_arrive(empty0 + 8 * slot);
+      else if (s > 0) mbar_arrive(empty0 + 8 * ((s - 1) % kStages));
+    }
   }
   if constexpr (NM > 0) wgmma_wait<0>();
   fence_acc(acc0);
@@ -594,6 +685,12 @@ __global__ void __launch_bounds__(Cfg<P>::kThreads, 1) wgmma_trellis_gemm(const 
 
 // ==================================================================== host
 using namespace proto;
+
+// Time mode's selection (environment, for short runs and for ncu): PROTO_VARIANTS = comma-separated variant names
+// (default: all), PROTO_MS = comma-separated m (default 128,256,512,1024,2048,4096), PROTO_SHAPES = comma-separated
+// KxN (default 4096x11008,17408x5120). The epilogue variant is always timed (the "net" figures need it) unless
+// PROTO_NO_EPILOGUE is set (ncu of one variant: then its kernel is the only one launched).
+static bool g_variants[kNumVariants];
 
 static Diag* g_diag = nullptr;      // mapped pinned host memory (host view)
 static Diag* g_diag_dev = nullptr;  // its device alias, passed to the kernel
@@ -694,8 +791,9 @@ static float h2f(uint16_t h) {
 
 static const char* variant_name(int v) {
   static const char* names[] = {"full", "mma-only", "decode-only", "mma-spin", "mma-sync", "mma-tma", "full-tma",
-                                "epilogue"};
-  return v >= 0 && v < 8 ? names[v] : "?";
+                                "epilogue", "alu-tma", "smem-tma", "full-tma-kin", "mma-tma-kin", "full-tma-serial",
+                                "alu-half-tma", "smem-half-tma"};
+  return v >= 0 && v < kNumVariants ? names[v] : "?";
 }
 static const char* cb_name(int cb) { return cb == 0 ? "3inst" : (cb == 1 ? "mcg" : "mul1"); }
 
@@ -853,6 +951,12 @@ struct TimeResult {
   double us_stage, net_us_stage;
 };
 
+// f(std::integral_constant<int, V>) for V = 0 .. N - 1 on the host (exl3::static_for is device code).
+template <typename F, int... Vs>
+static void for_each_variant(F&& f, std::integer_sequence<int, Vs...>) {
+  (f(std::integral_constant<int, Vs>{}), ...);
+}
+
 // Median time of one (P, variant) of ours, trellis copies rotated.
 template <int P, int V>
 static float time_ours(const __half* d_A, const uint32_t* d_T, size_t tw, int ct, float* d_C, int m, int n, int k,
@@ -939,20 +1043,21 @@ static void time_shape(int k, int n, const std::vector<int>& ms, cublasHandle_t 
     };
     // P = 1 only (P = 2, 3 are slower everywhere on the H200; they stay built and checked).
     constexpr int P = 1;
-    constexpr int kNV = 8;
-    const int order[kNV] = {kFull, kFullTma, kMmaOnly, kMmaTma, kMmaSync, kMmaSpin, kDecodeOnly, kEpilogue};
+    constexpr int kNV = kNumVariants;
+    const int order[kNV] = {kFull,    kFullTma,     kFullTmaKin, kFullTmaSerial, kAluTma, kAluHalfTma, kSmemTma,
+                            kSmemHalfTma, kMmaOnly, kMmaTma, kMmaTmaKin,    kMmaSync, kMmaSpin, kDecodeOnly, kEpilogue};
     float t[kNV];
-    t[kFull] = time_ours<P, kFull>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
-    t[kFullTma] = time_ours<P, kFullTma>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
-    t[kMmaOnly] = time_ours<P, kMmaOnly>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
-    t[kMmaTma] = time_ours<P, kMmaTma>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
-    t[kMmaSync] = time_ours<P, kMmaSync>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
-    t[kMmaSpin] = time_ours<P, kMmaSpin>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
-    t[kDecodeOnly] = time_ours<P, kDecodeOnly>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
-    t[kEpilogue] = time_ours<P, kEpilogue>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
+    auto run = [&](auto v_c) {
+      constexpr int V = decltype(v_c)::value;
+      t[V] = g_variants[V] ? time_ours<P, V>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1) : NAN;
+    };
+    for_each_variant(run, std::make_integer_sequence<int, kNV>{});
     // Cross-checks on copy 0: ours (fp32) vs cuBLAS (fp16 output, so ~1e-3 relative rounding is expected).
-    const double rel = cross_check([&] { launch_ours<CB, K2, P, kFull>(d_A, d_T, d_C, m, n, k, split); });
-    const double rel_tma = cross_check([&] { launch_ours<CB, K2, P, kFullTma>(d_A, d_T, d_C, m, n, k, split); });
+    const double rel =
+        g_variants[kFull] ? cross_check([&] { launch_ours<CB, K2, P, kFull>(d_A, d_T, d_C, m, n, k, split); }) : -1.0;
+    const double rel_tma =
+        g_variants[kFullTma] ? cross_check([&] { launch_ours<CB, K2, P, kFullTma>(d_A, d_T, d_C, m, n, k, split); })
+                             : -1.0;
     const int blocks = ((m + kBM - 1) / kBM) * (n / kBN) * split, stages = k / kBK;
     // Per-stage time of one SM: time / (block-stages per SM), block-stages = blocks x stages / split. "net"
     // subtracts the epilogue variant's time (launch, memset, stores) first: the main loop alone.
@@ -960,14 +1065,15 @@ static void time_shape(int k, int n, const std::vector<int>& ms, cublasHandle_t 
     std::printf("time k=%d n=%d m=%5d split=%d P=1 (us | us/stage | net us/stage; MMA peak 0.57 at m >= 256):\n", k, n,
                 m, split);
     for (int v : order)
-      std::printf("    %-12s %8.1f us  %5.2f  %5.2f\n", variant_name(v), t[v], t[v] / bs_per_sm,
-                  (t[v] - t[kEpilogue]) / bs_per_sm);
+      if (g_variants[v])
+        std::printf("    %-12s %8.1f us  %5.2f  %5.2f\n", variant_name(v), t[v], t[v] / bs_per_sm,
+                    (t[v] - t[kEpilogue]) / bs_per_sm);
     std::printf("    %-12s %8.1f us  (%6.1f TFLOP/s; full %6.1f, full-tma %6.1f TFLOP/s)  full/cuBLAS %.2f  "
                 "full-tma/cuBLAS %.2f  [vs cuBLAS max_rel: full %.1e, full-tma %.1e]\n", "cuBLAS fp16", tc,
                 fl / (tc * 1e-6) / 1e12, fl / (t[kFull] * 1e-6) / 1e12, fl / (t[kFullTma] * 1e-6) / 1e12,
                 t[kFull] / tc, t[kFullTma] / tc, rel, rel_tma);
     for (int v : order)
-      out.push_back({k, n, m, split, P, v, t[v], tc, v == kFull ? rel : (v == kFullTma ? rel_tma : -1.0),
+      if (g_variants[v]) out.push_back({k, n, m, split, P, v, t[v], tc, v == kFull ? rel : (v == kFullTma ? rel_tma : -1.0),
                      t[v] / bs_per_sm, (t[v] - t[kEpilogue]) / bs_per_sm});
   }
   CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
@@ -1025,14 +1131,53 @@ int main(int argc, char** argv) {
     all_pass &= check_case<1, 4, 1, kFullTma>(200, 1024, 512, 2, 10);
     all_pass &= check_case<1, 5, 1, kFullTma>(200, 1024, 512, 1, 11);
     all_pass &= check_case<1, 16, 1, kFullTma>(200, 1024, 512, 1, 12);
+    // full-tma-kin (P = 1): the k-inner wgmma order, both m64 halves, a ragged m, split-k.
+    all_pass &= check_case<1, 8, 1, kFullTmaKin>(128, 256, 256, 1, 1);
+    all_pass &= check_case<1, 8, 1, kFullTmaKin>(200, 4096, 1024, 1, 3);
+    all_pass &= check_case<1, 8, 1, kFullTmaKin>(200, 4096, 1024, 4, 4);
+    all_pass &= check_case<1, 8, 1, kFullTmaKin>(256, 4096, 11008, 1, 5);
+    // full-tma-serial (P = 1): the serial protocol.
+    all_pass &= check_case<1, 8, 1, kFullTmaSerial>(128, 256, 256, 1, 1);
+    all_pass &= check_case<1, 8, 1, kFullTmaSerial>(200, 4096, 1024, 4, 4);
+    all_pass &= check_case<1, 8, 1, kFullTmaSerial>(256, 4096, 11008, 1, 5);
+    all_pass &= check_case<1, 16, 1, kFullTmaSerial>(200, 1024, 512, 1, 12);
   }
   std::vector<TimeResult> res;
   if (do_time) {
     cublasHandle_t handle;
     CKB(cublasCreate(&handle));
-    const std::vector<int> ms = {128, 256, 512, 1024, 2048, 4096};
-    time_shape(4096, 11008, ms, handle, res);
-    time_shape(17408, 5120, ms, handle, res);
+    auto split_list = [](const char* env, const char* dflt) {
+      std::vector<std::string> out;
+      std::string v = std::getenv(env) ? std::getenv(env) : dflt;
+      size_t a = 0;
+      while (a <= v.size()) {
+        size_t b = v.find(',', a);
+        if (b == std::string::npos) b = v.size();
+        if (b > a) out.push_back(v.substr(a, b - a));
+        a = b + 1;
+      }
+      return out;
+    };
+    const std::vector<std::string> vs = split_list("PROTO_VARIANTS", "");
+    for (int v = 0; v < kNumVariants; ++v) {
+      g_variants[v] = vs.empty();
+      for (const auto& name : vs) g_variants[v] |= name == variant_name(v);
+    }
+    for (const auto& name : vs) {
+      bool known = false;
+      for (int v = 0; v < kNumVariants; ++v) known |= name == variant_name(v);
+      if (!known) {
+        std::fprintf(stderr, "PROTO_VARIANTS: unknown variant '%s'\n", name.c_str());
+        return 2;
+      }
+    }
+    if (!std::getenv("PROTO_NO_EPILOGUE")) g_variants[kEpilogue] = true;  // PROTO_NO_EPILOGUE=1: one variant (ncu)
+    std::vector<int> ms;
+    for (const auto& t : split_list("PROTO_MS", "128,256,512,1024,2048,4096")) ms.push_back(std::atoi(t.c_str()));
+    for (const auto& sh : split_list("PROTO_SHAPES", "4096x11008,17408x5120")) {
+      const size_t x = sh.find('x');
+      time_shape(std::atoi(sh.substr(0, x).c_str()), std::atoi(sh.substr(x + 1).c_str()), ms, handle, res);
+    }
     CKB(cublasDestroy(handle));
     for (const auto& r : res)
       std::printf("{\"kind\": \"time\", \"cb\": \"mcg\", \"K\": 4, \"P\": %d, \"variant\": \"%s\", \"k\": %d, "

@@ -125,3 +125,32 @@ def test_profile_timeline_summary_without_finishers():
     s = tl.summarise([c, c])
     assert s["finish_of_finishers_med_us"] is None and s["gap_from_previous_us"] is None
     assert "(-)" in tl.markdown([{"shape": "a", "m": 1, "plan": "p", "op_us": 1.0, "summary": s}])
+
+
+def test_ncu_stalls_split_and_summary(tmp_path):
+    """tools/ncu_stalls.py on a hand-made source page: the role split at a SASS text, sums, wavefronts, bad input."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import ncu_stalls
+
+    hdr = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed", "L1 Wavefronts Shared",
+           "L1 Wavefronts Shared Ideal", "stall_long_sb", "stall_dispatch", "stall_long_sb (Not Issued)"]
+    rows = [["0x00", "HGMMA.64x128x16.F32 R24, gdesc[UR8], R24", "5", "10", "80", "80", "4", "1", "9"],
+            ["0x10", "@P0 BRA 0x0", "7", "10", "", "", "7", "0", "9"],
+            ["0x20", "USETMAXREG.DEALLOC.CTAPOOL 0x60", "0", "4", "", "", "0", "0", "0"],
+            ["0x30", "STS [R15+UR6+0x1000], R20", "3", "8", "12", "8", "1", "2", "9"]]
+    p = tmp_path / "source.csv"
+    p.write_text('"Kernel Name","k"\n' + "\n".join(",".join(f'"{c}"' for c in r) for r in [hdr] + rows) + "\n")
+    h, data = ncu_stalls.load(str(p))
+    col = {n: i for i, n in enumerate(h)}
+    assert ncu_stalls.split_rows(data, col, "USETMAXREG.DEALLOC") == [(0, 2), (2, 4)]
+    cons, prod = (ncu_stalls.summarise(h, data[lo:hi]) for lo, hi in ncu_stalls.split_rows(data, col, "USETMAXREG"))
+    assert cons == {"samples": 12, "executed": 20, "smem_wavefronts": 80, "smem_wavefronts_ideal": 80,
+                    "stalls": {"long_sb": 11, "dispatch": 1}}
+    assert prod["samples"] == 3 and prod["executed"] == 12 and prod["smem_wavefronts"] == 12
+    assert prod["smem_wavefronts_ideal"] == 8 and prod["stalls"] == {"dispatch": 2, "long_sb": 1}
+    with pytest.raises(ValueError, match="no SASS row contains"):
+        ncu_stalls.split_rows(data, col, "SETMAXNREG")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="not an ncu"):
+        ncu_stalls.load(str(bad))

@@ -2,11 +2,15 @@
 
     ncu -i report.ncu-rep --page source --csv --print-source sass > source.csv
     python tools/ncu_stalls.py source.csv 700:870 870:5300 5300:6100
+    python tools/ncu_stalls.py source.csv --split-at USETMAXREG.DEALLOC
 
-For each range of SASS rows (0-based, counted from the first row after the header line that starts with "Address"; find the ranges of a kernel's roles by their
-instructions, e.g. HGMMA for wgmma consumers) prints the number of samples, the instructions executed and the stall
-reasons sorted by samples (the `stall_*` columns of ncu's "Warp Stall Sampling (All Samples)"). With --ops, the same
-per opcode inside the ranges.
+For each range of SASS rows (0-based, counted from the first row after the header line that starts with "Address"; find
+the ranges of a kernel's roles by their instructions, e.g. HGMMA for wgmma consumers) prints the number of samples, the
+instructions executed, the shared-memory wavefronts (ncu's "L1 Wavefronts Shared", with the ideal count) and the stall
+reasons sorted by samples (the `stall_*` columns of ncu's "Warp Stall Sampling (All Samples)"). With --split-at TEXT the
+two ranges are the rows before and from the first row whose SASS contains TEXT: in the warp-specialised wgmma kernels
+(prototype and op), whose producer branch starts with `setmaxnreg.dec` (SASS USETMAXREG.DEALLOC) after the consumers'
+code, that is consumers then producers. With --ops, the same per opcode inside the ranges.
 """
 from __future__ import annotations
 
@@ -15,39 +19,76 @@ import csv
 from collections import defaultdict
 
 
+def load(path: str) -> tuple[list[str], list[list[str]]]:
+    """(header, SASS rows) of a source-page CSV; raises ValueError if it has no "Address" header line."""
+    rows = list(csv.reader(open(path)))
+    try:
+        h = next(i for i, r in enumerate(rows) if r and r[0] == "Address")  # after the "Kernel Name" line
+    except StopIteration:
+        raise ValueError(f"{path}: no header line starting with 'Address' (not an ncu --page source --csv file)")
+    return rows[h], rows[h + 1:]
+
+
+def split_rows(data: list[list[str]], col: dict[str, int], text: str) -> list[tuple[int, int]]:
+    """[(0, i), (i, len)] for the first row i whose SASS contains ``text``; ValueError if no row does."""
+    for i, r in enumerate(data):
+        if text in r[col["Source"]]:
+            return [(0, i), (i, len(data))]
+    raise ValueError(f"no SASS row contains {text!r}")
+
+
+def summarise(hdr: list[str], sel: list[list[str]]) -> dict:
+    """Samples, instructions executed, shared wavefronts (actual, ideal) and stall samples by reason of some rows."""
+    col = {name: i for i, name in enumerate(hdr)}
+    stall = [i for i, h in enumerate(hdr) if h.startswith("stall_") and "(Not Issued)" not in h]
+
+    def num(r: list[str], name: str) -> int:
+        return int(r[col[name]] or 0) if name in col else 0
+
+    agg: dict[str, int] = defaultdict(int)
+    for r in sel:
+        for j in stall:
+            agg[hdr[j][6:]] += int(r[j] or 0)
+    return {
+        "samples": sum(num(r, "Warp Stall Sampling (All Samples)") for r in sel),
+        "executed": sum(num(r, "Instructions Executed") for r in sel),
+        "smem_wavefronts": sum(num(r, "L1 Wavefronts Shared") for r in sel),
+        "smem_wavefronts_ideal": sum(num(r, "L1 Wavefronts Shared Ideal") for r in sel),
+        "stalls": dict(sorted(((k, v) for k, v in agg.items() if v), key=lambda kv: -kv[1])),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv")
-    ap.add_argument("ranges", nargs="+", help="lo:hi SASS row ranges")
+    ap.add_argument("ranges", nargs="*", help="lo:hi SASS row ranges")
+    ap.add_argument("--split-at", metavar="TEXT", help="two ranges: the rows before / from the first row containing TEXT")
     ap.add_argument("--ops", action="store_true", help="also break each range down by opcode")
     a = ap.parse_args()
-    rows = list(csv.reader(open(a.csv)))
-    h = next(i for i, r in enumerate(rows) if r and r[0] == "Address")  # after the "Kernel Name" line
-    hdr = rows[h]
-    data = rows[h + 1:]
+    hdr, data = load(a.csv)
     col = {name: i for i, name in enumerate(hdr)}
     stall = [i for i, h in enumerate(hdr) if h.startswith("stall_") and "(Not Issued)" not in h]
-    for rg in a.ranges:
-        lo, hi = (int(v) for v in rg.split(":"))
+    ranges = [tuple(int(v) for v in rg.split(":")) for rg in a.ranges]
+    if a.split_at:
+        ranges += split_rows(data, col, a.split_at)
+    if not ranges:
+        ap.error("give row ranges or --split-at")
+    for lo, hi in ranges:
         sel = data[lo:hi]
-        agg: dict[str, int] = defaultdict(int)
-        for r in sel:
-            for j in stall:
-                agg[hdr[j][6:]] += int(r[j])
-        n = sum(int(r[col["Warp Stall Sampling (All Samples)"]]) for r in sel)
-        ex = sum(int(r[col["Instructions Executed"]]) for r in sel)
-        print(f"rows {lo}:{hi}: samples {n}, instructions executed {ex}")
-        print("  " + ", ".join(f"{k} {v}" for k, v in sorted(agg.items(), key=lambda kv: -kv[1]) if v))
+        s = summarise(hdr, sel)
+        print(f"rows {lo}:{hi}: samples {s['samples']}, instructions executed {s['executed']}, shared wavefronts "
+              f"{s['smem_wavefronts']} (ideal {s['smem_wavefronts_ideal']})")
+        print("  " + ", ".join(f"{k} {v}" for k, v in s["stalls"].items()))
         if a.ops:
             per: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
             for r in sel:
-                if int(r[col["Instructions Executed"]]) == 0:
+                if int(r[col["Instructions Executed"]] or 0) == 0:
                     continue
                 t = r[col["Source"]].split()
                 op = (t[1] if t[0].startswith("@") else t[0]).split(".")[0]
                 per[op]["count"] += 1
                 for j in stall:
-                    per[op][hdr[j][6:]] += int(r[j])
+                    per[op][hdr[j][6:]] += int(r[j] or 0)
             for op, d in sorted(per.items(), key=lambda kv: -sum(v for k, v in kv[1].items() if k != "count"))[:12]:
                 top = sorted(((v, k) for k, v in d.items() if k != "count" and v), reverse=True)[:4]
                 print(f"    {op:10s} x{d['count']:4d}  " + ", ".join(f"{k} {v}" for v, k in top))
