@@ -13,8 +13,8 @@
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //        -Ipackages/exl3-kernels/csrc/include -Xcompiler -idirafter -Xcompiler $V/include \
 //        bench/wgmma_gemm_proto.cu -L$V/lib -l:libcublas.so.13 -Xlinker -rpath=$PWD/$V/lib -o /tmp/wgmma_gemm_proto
-// Add -Xptxas -v: 38 GEMM kernel instances (30 before the thirty-fourth session's variants 8-14), no spills, no stack
-// (the reference decoder decode_ref_kernel<mcg, K = 8> spills 4 bytes). Launch registers 168 (P = 1: every variant; setmaxnreg
+// Add -Xptxas -v: 38 GEMM kernel instances (30 before the thirty-fourth session's variants 8-14), no spills, no stack,
+// except 4 bytes (8-byte stack frame) in full <mcg, K2 = 5, P = 1>, already there at 5b995be. Launch registers 168 (P = 1: every variant; setmaxnreg
 // producers 96 / consumers 200), 128 / 96 (P = 2 / 3, full only). C7518 (wgmma serialized: compiler-inserted
 // warpgroup wait in a divergent path) on the 12 P = 2, 3 instances only, the price of their if/else role split (the
 // P = 1 fall-through layout spills their accumulators: C7512). No wgmma remark on any P = 1 variant. SASS: 12
@@ -47,7 +47,8 @@
 // longer built (P = 2, 3 full stays built and checked).
 // Interference diagnostics (thirty-fourth session, variants 8-14; bench/results/profiles/wgmma-interference-s34/):
 // alu-tma, smem-tma, full-tma-kin and mma-tma-kin measured on the H200 (52 checks passed then, before the serial
-// checks existed); full-tma-serial, alu-half-tma and smem-half-tma built and not yet run.
+// checks existed); alu-tma's build then had its arrive scheduled above most of its decode, fixed since (see the
+// producer's publish step) and not re-run; full-tma-serial, alu-half-tma and smem-half-tma built and not yet run.
 // Exit code: 0 when every check passes, 1 on any FAIL, 2 on a CUDA error or a pipeline timeout.
 //
 // ---------------------------------------------------------------------------------------------------------------
@@ -494,8 +495,11 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_b
       // All window words first: in program order each tile's loads would otherwise sit behind the previous
       // tile's stores (ptxas keeps shared loads after shared stores it cannot disambiguate).
       uint32_t wv[kMaxT][3];
-      // alu-tma: the stage's seeds (2 IMAD per stage), then one LOP3 per window word below.
-      const uint32_t sa = seed0 + (uint32_t)s * 0x9E3779B9u, sb = seed1 + (uint32_t)s * 0xC2B2AE35u;
+      // alu-tma: the stage's seeds (2 IMAD per stage), then one LOP3 per window word below. One shared load per stage
+      // feeds the seeds, so that the stage's decode cannot start before the stage's waits (ptxas keeps loads after
+      // them; an empty asm statement would emit no instruction and order nothing in SASS).
+      uint32_t sa = seed0 + (uint32_t)s * 0x9E3779B9u, sb = seed1 + (uint32_t)s * 0xC2B2AE35u;
+      if constexpr (!v_traw(V)) sa += lds_at<0>(t_base);  // any word (unwritten here): a load after the waits
       static_for<kMaxT>([&](auto i_c) {
         constexpr int i = decltype(i_c)::value;
         wv[i][2] = wv[i][1] = wv[i][0] = 0;
@@ -534,9 +538,16 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_b
         }
       });
     }
+    // alu-tma: the arrive's address depends on the sink (an offset that is 0 at run time, since p.m > 0), so the
+    // stage's decode arithmetic completes before the arrive. Without this and the load feeding the seeds, ptxas moved
+    // the fence and the arrive above most of that arithmetic (its inputs depend on s only and it touches no memory):
+    // 275 of the loop's 429 instructions came after the arrive in the build measured in the thirty-fourth session's
+    // call 1 (alu-half-tma: 127 of 257).
+    uint32_t bump = 0;
+    if constexpr (v_decode(V) && !v_bstore(V)) bump = (sink == 0x9E3779B9u && p.m < 0) ? 8u : 0u;
     // (4) publish: generic-proxy writes (st.shared, cp.async) -> async proxy (wgmma), then arrive.
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    mbar_arrive(full0 + 8 * slot);
+    mbar_arrive(full0 + 8 * slot + bump);
   }
   cp_async_wait<0>();
   if constexpr (V == kAluTma)
@@ -1173,10 +1184,22 @@ int main(int argc, char** argv) {
     }
     if (!std::getenv("PROTO_NO_EPILOGUE")) g_variants[kEpilogue] = true;  // PROTO_NO_EPILOGUE=1: one variant (ncu)
     std::vector<int> ms;
-    for (const auto& t : split_list("PROTO_MS", "128,256,512,1024,2048,4096")) ms.push_back(std::atoi(t.c_str()));
+    for (const auto& t : split_list("PROTO_MS", "128,256,512,1024,2048,4096")) {
+      ms.push_back(std::atoi(t.c_str()));
+      if (ms.back() <= 0) {
+        std::fprintf(stderr, "PROTO_MS: '%s' is not a positive m\n", t.c_str());
+        return 2;
+      }
+    }
     for (const auto& sh : split_list("PROTO_SHAPES", "4096x11008,17408x5120")) {
       const size_t x = sh.find('x');
-      time_shape(std::atoi(sh.substr(0, x).c_str()), std::atoi(sh.substr(x + 1).c_str()), ms, handle, res);
+      const int k = x == std::string::npos ? 0 : std::atoi(sh.substr(0, x).c_str());
+      const int n = x == std::string::npos ? 0 : std::atoi(sh.substr(x + 1).c_str());
+      if (k <= 0 || n <= 0 || k % kBK != 0 || n % kBN != 0) {
+        std::fprintf(stderr, "PROTO_SHAPES: '%s' is not KxN with k a multiple of %d and n of %d\n", sh.c_str(), kBK, kBN);
+        return 2;
+      }
+      time_shape(k, n, ms, handle, res);
     }
     CKB(cublasDestroy(handle));
     for (const auto& r : res)

@@ -148,9 +148,14 @@ def test_ncu_stalls_split_and_summary(tmp_path):
                     "stalls": {"long_sb": 11, "dispatch": 1}}
     assert prod["samples"] == 3 and prod["executed"] == 12 and prod["smem_wavefronts"] == 12
     assert prod["smem_wavefronts_ideal"] == 8 and prod["stalls"] == {"dispatch": 2, "long_sb": 1}
+    assert list(prod["stalls"]) == ["dispatch", "long_sb"] and list(cons["stalls"]) == ["long_sb", "dispatch"]
     with pytest.raises(ValueError, match="no SASS row contains"):
         ncu_stalls.split_rows(data, col, "SETMAXNREG")
     bad = tmp_path / "bad.csv"
     bad.write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="not an ncu"):
         ncu_stalls.load(str(bad))
+    two = tmp_path / "two.csv"
+    two.write_text(p.read_text() * 2)  # two kernels' pages in one file
+    with pytest.raises(ValueError, match="2 kernels"):
+        ncu_stalls.load(str(two))

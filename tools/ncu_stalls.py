@@ -20,13 +20,16 @@ from collections import defaultdict
 
 
 def load(path: str) -> tuple[list[str], list[list[str]]]:
-    """(header, SASS rows) of a source-page CSV; raises ValueError if it has no "Address" header line."""
+    """(header, SASS rows) of a source-page CSV of one kernel; ValueError if it has no "Address" header line or more
+    than one (several kernels)."""
     rows = list(csv.reader(open(path)))
-    try:
-        h = next(i for i, r in enumerate(rows) if r and r[0] == "Address")  # after the "Kernel Name" line
-    except StopIteration:
+    heads = [i for i, r in enumerate(rows) if r and r[0] == "Address"]  # each after its "Kernel Name" line
+    if not heads:
         raise ValueError(f"{path}: no header line starting with 'Address' (not an ncu --page source --csv file)")
-    return rows[h], rows[h + 1:]
+    if len(heads) > 1:
+        raise ValueError(f"{path}: {len(heads)} kernels' source pages (header lines {heads}); export one kernel "
+                         "(ncu -k / --launch-count 1) so that row numbers refer to one kernel's SASS")
+    return rows[heads[0]], rows[heads[0] + 1:]
 
 
 def split_rows(data: list[list[str]], col: dict[str, int], text: str) -> list[tuple[int, int]]:
