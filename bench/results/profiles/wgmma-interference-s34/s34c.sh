@@ -22,7 +22,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 LD_LIBRARY_PATH=$NV/cu13/lib timeout 100 $B check > $O/proto_check.log 2>&1
 el "proto check rc=$? PASS $(grep -c 'PASS' $O/proto_check.log) FAIL $(grep -c 'FAIL' $O/proto_check.log)"
 for r in 1 2; do
-  LD_LIBRARY_PATH=$NV/cu13/lib PROTO_VARIANTS=full-tma,full-tma-serial,alu-tma,alu-half-tma,smem-tma,smem-half-tma,mma-tma,decode-only \
+  LD_LIBRARY_PATH=$NV/cu13/lib PROTO_VARIANTS=full-tma,full-tma-serial,alu-tma,alu-half-tma,smem-tma,smem-half-tma,mma-tma,decode-only,epilogue \
     PROTO_MS=256,512,1024 PROTO_SHAPES=4096x11008,17408x5120 timeout 100 $B time > $O/proto_time_r$r.log 2>&1
   el "proto time r$r rc=$?"
 done
