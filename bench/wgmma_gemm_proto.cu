@@ -13,19 +13,26 @@
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //        -Ipackages/exl3-kernels/csrc/include -Xcompiler -idirafter -Xcompiler $V/include \
 //        bench/wgmma_gemm_proto.cu -L$V/lib -l:libcublas.so.13 -Xlinker -rpath=$PWD/$V/lib -o /tmp/wgmma_gemm_proto
-// Add -Xptxas -v: 38 GEMM kernel instances (30 before the thirty-fourth session's variants 8-14), no spills, no stack,
-// except 4 bytes (8-byte stack frame) in full <mcg, K2 = 5, P = 1>, already there at 5b995be. Launch registers 168 (P = 1: every variant; setmaxnreg
-// producers 96 / consumers 200), 128 / 96 (P = 2 / 3, full only). C7518 (wgmma serialized: compiler-inserted
-// warpgroup wait in a divergent path) on the 12 P = 2, 3 instances only, the price of their if/else role split (the
-// P = 1 fall-through layout spills their accumulators: C7512). No wgmma remark on any P = 1 variant. SASS: 12
-// HGMMA.64x128x16.F32 in every P = 1 wgmma variant (mma-spin 60: its loop is unrolled), one UTMALDG in mma-tma,
+// Add -Xptxas -v (thirty-fifth session): 73 GEMM kernel instances, no C7518 on any, no spills except in two ldg-tma
+// instances that only the checks run (<mcg, K2 = 5> 36 bytes, <3inst, K2 = 8> 4 bytes; the full <mcg, K2 = 5, P = 1>
+// spill of earlier builds is gone). C7517 (a warpgroup wait injected "to allow use of registers defined by GMMA") on
+// the instances with the two-arm role split (P = 2, 3; decoding consumers): in SASS that wait sits just before the
+// BPT.TRAP of the barrier timeout path, a path that only a protocol bug reaches. Launch registers 168 / 128 / 96 for
+// P = 1 / 2 / 3; setmaxnreg targets per variant in Regs. tools/wgmma_sass_report.py prints, per kernel, HGMMA count,
+// serialized HGMMAs, spill instructions and the highest register: 0 serialized and 0 spills in every mcg K = 4
+// instance; the decoding consumers reach R201 (their arm has its 232-register budget), the fall-through P = 1
+// variants R151. Before this session the 12 P = 2, 3 instances had C7518 (10 of 12 HGMMAs serialized), from the
+// consumer warpgroup index cw = (threadIdx.x - producers) >> 7, which ptxas cannot prove warp-uniform: the three
+// runtime m64-half branches it selects then look divergent (see the role split in the kernel). SASS: 12
+// HGMMA.64x128x16.F32 in every wgmma variant (mma-spin 60: its loop is unrolled), one UTMALDG in mma-tma,
 // three in full-tma (prologue x2 + loop). Shared memory 214 KB at K = 4 (230 KB at K = 8) for every variant.
 // Output binary: the dev box writes it to build/wgmma_gemm_proto (git-ignored) instead of /tmp; the venv there is
 // /work/main/.venv (V=/work/main/.venv/lib/python3.11/site-packages/nvidia/cu13, rpath $V/lib).
 // Run (H100/H200, no arguments):  /tmp/wgmma_gemm_proto
 //   optional: /tmp/wgmma_gemm_proto check   (correctness only: the 12 checks for each P = 1, 2, 3 (full), then the
-//                                            same 12 for P = 1 full-tma, 4 for full-tma-kin and 4 for
-//                                            full-tma-serial: 56 checks)
+//                                            same 12 for P = 1 full-tma, 5 each for P = 2, 3 full-tma, 4 for
+//                                            full-tma-kin, 4 for full-tma-serial and 9 each for cdec-tma,
+//                                            cdec-l2-tma, cdec-half-tma and ldg-tma: 102 checks)
 //             /tmp/wgmma_gemm_proto time    (timing only, P = 1 only: per shape and m, the variants side by side
 //                                            (us, us per stage and SM, and "net" us per stage = minus the epilogue
 //                                            variant's time) and cuBLAS; JSON lines carry "variant", "us_stage",
@@ -40,7 +47,9 @@
 //   4096x11008  m = 256: full 1.75 (75.3 us), mma-only 1.45, decode-only 0.85, cuBLAS fp16 48.8 us
 //               m = 1024: full 1.64 (281.8 us), mma-only 1.24, decode-only 0.67, cuBLAS 145.1 us
 //               m = 4096: full 1.41 (938 us), mma-only 1.12, decode-only 0.70, cuBLAS 532.6 us
-//   17408x5120: mma-only 0.96-1.11. P = 2, 3 slower everywhere (serialized wgmma, decode no faster). Clock 1980 MHz.
+//   17408x5120: mma-only 0.96-1.11. P = 2, 3 slower everywhere (serialized wgmma, decode no faster; the
+//   serialization is fixed since the thirty-fifth session, not re-measured: time mode's full-p2 / full-tma-p2 / -p3).
+//   Clock 1980 MHz.
 //   So the MMA side is the bottleneck: mma-only (no decode at all) runs at 40-50% of the wgmma peak.
 // Consumer-side diagnostics (a1ddb41, measured on the H200 in docs/hopper-gemm.md): variants mma-spin, mma-sync,
 // mma-tma, full-tma, epilogue (see "Variants" below), all P = 1; the P = 2, 3 mma-only / decode-only instances are no
@@ -221,15 +230,39 @@ struct Cfg {
 //  13 alu-half-tma  alu-tma with only half of each warp's tiles decoded (4 of 8): how the ALU side's cost scales.
 //  14 smem-half-tma smem-tma with the window loads and B stores of only half of each warp's tiles (the raw trellis
 //                 copies stay whole): how the shared-memory side's cost scales.
+// Decoding consumers (thirty-fifth session; the decode is on the MMAs' critical path, and a second producer
+// warpgroup does not compile without serialized wgmmas or spills, docs/hopper-gemm.md): more decoding warps come from
+// the consumer warpgroups themselves, which decode in the window between their wgmma commit and wait_group. A
+// consumer warp (warpgroup cw, warp wl) decodes tile row wl of a stage, CT tile columns 8 - 2 CT + CT cw + i, from
+// window words it loads straight from global memory (ld.global.nc, two stages ahead in registers: no raw ring, no
+// copy), into the stage's B slot, L stages ahead of the stage its wgmmas read; it waits that slot's empty barrier
+// first (the other warpgroup's wgmmas may still read it) and arrives on its full barrier after
+// fence.proxy.async (full[] then counts 1 + 256, or 1 + 128 + 256 when the producers decode too). L <= kStages - 2:
+// the empty arrival a decode of stage s + L waits for (stage s + L - 4) is made at iteration s + L - 3 <= s - 1.
+//  15 cdec-tma    consumers decode every tile (CT = 4 tiles per consumer warp), one stage ahead (L = 1); one producer
+//                 thread issues A by TMA as in mma-tma. setmaxnreg 40 / 232. Checked.
+//  16 cdec-l2-tma cdec-tma two stages ahead (L = 2). Checked.
+//  17 cdec-half-tma  producers decode tile columns 0..3 as in full-tma (raw ring, 4 tiles per warp), consumers 4..7
+//                 (CT = 2), L = 1. setmaxnreg 72 / 216. Checked.
+//  18 ldg-tma     full-tma whose producers load their window words straight from global memory into registers two
+//                 stages ahead (ld.global.nc, as the decoding consumers do) instead of copying the raw trellis into
+//                 shared memory and reading it back: the raw ring's share of the shared-memory side. Checked.
 constexpr int kFull = 0, kMmaOnly = 1, kDecodeOnly = 2, kMmaSpin = 3, kMmaSync = 4, kMmaTma = 5, kFullTma = 6,
               kEpilogue = 7, kAluTma = 8, kSmemTma = 9, kFullTmaKin = 10, kMmaTmaKin = 11, kFullTmaSerial = 12,
-              kAluHalfTma = 13, kSmemHalfTma = 14;
-constexpr int kNumVariants = 15;
+              kAluHalfTma = 13, kSmemHalfTma = 14, kCdecTma = 15, kCdecL2Tma = 16, kCdecHalfTma = 17, kLdgTma = 18;
+constexpr int kNumVariants = 19;
+// Tiles per consumer warp and stage (0: the consumers do not decode), the consumers' decode distance in stages, and
+// the producers' ld.global window words (ldg-tma).
+__host__ __device__ constexpr int v_ctiles(int v) {
+  return (v == kCdecTma || v == kCdecL2Tma) ? 4 : (v == kCdecHalfTma ? 2 : 0);
+}
+__host__ __device__ constexpr int v_cdist(int v) { return v == kCdecL2Tma ? 2 : 1; }
+__host__ __device__ constexpr bool v_pldg(int v) { return v == kLdgTma; }
 // The producers of the k-inner, serial and half variants are those of their base variant (plus the serial wait, or
 // half the tiles).
 __host__ __device__ constexpr int v_base(int v) {
-  return (v == kFullTmaKin || v == kFullTmaSerial) ? kFullTma
-         : v == kMmaTmaKin                         ? kMmaTma
+  return (v == kFullTmaKin || v == kFullTmaSerial || v == kCdecHalfTma || v == kLdgTma) ? kFullTma
+         : (v == kMmaTmaKin || v == kCdecTma || v == kCdecL2Tma)                   ? kMmaTma
          : v == kAluHalfTma                        ? kAluTma
          : v == kSmemHalfTma                       ? kSmemTma
                                                    : v;
@@ -250,11 +283,28 @@ __host__ __device__ constexpr bool v_alu(int v) { return v_decode(v) && v != kSm
 __host__ __device__ constexpr bool v_bstore(int v) { return v_decode(v) && v != kAluTma; }
 __host__ __device__ constexpr bool v_cpasync_a(int v) { return v == kFull || v == kMmaOnly || v == kDecodeOnly; }
 __host__ __device__ constexpr bool v_wgmma(int v) { return v != kDecodeOnly && v != kEpilogue; }
-__host__ __device__ constexpr bool v_real(int v) { return v == kFull || v_base(v) == kFullTma; }  // computes C
-// full[] arrival count: 128 P producer threads; TMA variants add (6, 8, 9) or are (5) one arrive.expect_tx per use.
-__host__ __device__ constexpr int full_count(int v, int producers) {
-  return v_base(v) == kMmaTma ? 1 : (v_tma(v) ? producers + 1 : producers);
+__host__ __device__ constexpr bool v_real(int v) {  // computes C
+  return v == kFull || v_base(v) == kFullTma || v_ctiles(v) > 0;
 }
+// full[] arrival count: 128 P producer threads; TMA variants add (6, 8, 9) or are (5) one arrive.expect_tx per use.
+// Decoding consumers add their 256 arrivals (after their decode of the stage).
+__host__ __device__ constexpr int full_count(int v, int producers) {
+  return (v_base(v) == kMmaTma ? 1 : (v_tma(v) ? producers + 1 : producers)) + (v_ctiles(v) > 0 ? kConsumers : 0);
+}
+// setmaxnreg targets per variant: the decoding consumers keep 128 accumulators plus three stages of window words and
+// one tile's decode, so they take what the producers do not need (cdec-tma's producers only issue TMA). ldg-tma's
+// producers hold two stages of window words (8 tiles x 2-3 words each): 104 (96 spilled 12-44 bytes).
+template <int P, int V>
+struct Regs {
+  static constexpr int kProd =
+      v_ctiles(V) == 4 ? 40 : (v_ctiles(V) == 2 ? 72 : (v_pldg(V) ? 104 : Cfg<P>::kProdRegs));
+  static constexpr int kCons = v_ctiles(V) == 4 ? 232 : (v_ctiles(V) == 2 ? 216 : Cfg<P>::kConsRegs);
+  static_assert(v_ctiles(V) == 0 || P == 1, "decoding consumers: P = 1 only");
+  static_assert(kProd % 8 == 0 && kCons % 8 == 0 && kProd >= 24 && kCons <= 256, "setmaxnreg range");
+  static_assert(kProd <= Cfg<P>::kLaunchRegs && kCons >= Cfg<P>::kLaunchRegs, "dec / inc directions");
+  static_assert(Cfg<P>::kProducers * kProd + kConsumers * kCons <= Cfg<P>::kThreads * Cfg<P>::kLaunchRegs,
+                "register pool");
+};
 constexpr int kAStageBytes = kBM * kBK * 2;  // 32 KB
 constexpr int kBStageBytes = kBN * kBK * 2;  // 16 KB
 constexpr int kAOff = 0;
@@ -268,7 +318,8 @@ constexpr uint32_t kSpinLimit = 1u << 26;
 constexpr unsigned long long kTimeoutNs = 2000000000ull;  // 2 s
 
 // Timeout record, in mapped pinned host memory: readable by the host after the trap killed the context.
-// role 0 = producer waiting on empty[slot], 1 = consumer waiting on full[slot].
+// role 0 = producer waiting on empty[slot], 1 = consumer waiting on full[slot], 2 = decoding consumer waiting on
+// empty[slot] (variants 15-17).
 struct Diag {
   int flag, role, block_x, block_y, block_z, thread, stage, slot, parity, pad;
 };
@@ -360,7 +411,14 @@ template <int CB, int K2, int P, int VV>
 __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_begin, int ns, int row0, int tn0) {
   constexpr int V = v_base(VV);
   constexpr bool kSerial = v_serial(VV);
-  constexpr int kTilesWorked = v_half(VV) ? Cfg<P>::kMaxTiles / 2 : Cfg<P>::kMaxTiles;  // tiles decoded / loaded + stored
+  // Tiles decoded / loaded + stored per warp and stage: half of them (alu-half, smem-half), the columns the decoding
+  // consumers leave (cdec-half: 8 - 2 CT), or all. Tiles copied into the raw ring: all (smem-half keeps the copies
+  // whole on purpose), or only those decoded (cdec-half).
+  constexpr int kTilesWorked =
+      v_half(VV) ? Cfg<P>::kMaxTiles / 2 : (v_ctiles(VV) > 0 ? 8 - 2 * v_ctiles(VV) : Cfg<P>::kMaxTiles);
+  constexpr int kTilesCopied = v_ctiles(VV) > 0 ? kTilesWorked : Cfg<P>::kMaxTiles;
+  constexpr bool kLdg = v_pldg(VV);  // ldg-tma: window words from global memory into registers, no raw ring
+  static_assert(!kLdg || P == 1, "ldg-tma: P = 1 only");
   using C = Cfg<P>;
   using RW = RawWindow<K2>;
   constexpr int kTileWords = 4 * K2;
@@ -442,13 +500,13 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_b
         tma_load_2d(smem + kAOff + slot * kAStageBytes, &p.tmap_a, (s_begin + s) * kBK, row0, full0 + 8 * slot);
       }
     }
-    if constexpr (v_traw(V)) {
+    if constexpr (v_traw(V) && !kLdg) {
       const int cg = col_group(s), nt = n_tiles(cg);
       const char* src = reinterpret_cast<const char*>(t_row_src + s * t_stage_words + cg * kTileWords);
       const uint32_t dst = smem + kTOff + tslot * kTStage + (uint32_t)((tr * 8 + cg) * kTileBytes);
 #pragma unroll
       for (int j = 0; j < kRawPer; ++j)
-        if (raw_i[j] < nt) cp_async16(dst + raw_off[j], src + raw_off[j], 16);
+        if (raw_i[j] < nt && raw_i[j] < kTilesCopied) cp_async16(dst + raw_off[j], src + raw_off[j], 16);
     }
   };
 
@@ -462,6 +520,32 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_b
   // alu-tma: per-lane seeds of the register-made window words, and the sink of the decoded fragments.
   const uint32_t seed0 = (uint32_t)pt * 0x27D4EB2Du + 0x165667B1u, seed1 = (uint32_t)pt * 0x85EBCA77u + 0x9E3779B9u;
   uint32_t sink = 0;
+  // ldg-tma: lcur holds stage s's window words, lnxt stage s + 1's; those of stage s + 2 are loaded once stage s is
+  // decoded (two sets live, not three: loaded at the top of the iteration, 8 tiles x 3 sets spilled at 96 registers),
+  // so each load has about two iterations to land. Tile i of the warp's tile row is tile column i (P = 1), at
+  // t_row_src + stage * t_stage_words + i * kTileWords; the lane's words at its LaneWindow offsets.
+  uint32_t lcur[kMaxT][3], lnxt[kMaxT][3];
+  // Per-lane word pointers of tile 0 at stage 0 (the tiles of a stage then sit at immediate offsets).
+  const uint32_t* lp0 = t_row_src + lw.off[0] / 4;
+  const uint32_t* lp1 = t_row_src + lw.off[1] / 4;
+  const uint32_t* lp2 = t_row_src + lw.off[2] / 4;
+  auto ldg_stage = [&](int s, uint32_t (&w)[kMaxT][3]) __attribute__((always_inline)) {
+    const int64_t so = (int64_t)min(s, ns - 1) * t_stage_words;  // past the last stage: reloaded, unused
+    const uint32_t *q0 = lp0 + so, *q1 = lp1 + so, *q2 = lp2 + so;
+    static_for<kMaxT>([&](auto i_c) {
+      constexpr int i = decltype(i_c)::value;
+      w[i][1] = w[i][2] = 0;
+      w[i][0] = __ldg(q0 + i * kTileWords);
+      if constexpr (RW::kWords > 1) w[i][1] = __ldg(q1 + i * kTileWords);
+      if constexpr (RW::kWords > 2) w[i][2] = __ldg(q2 + i * kTileWords);
+    });
+  };
+  if constexpr (kLdg) {
+    if (ns > 0) {  // ns >= 1 for every launched split (launch_ours); the clamp above needs it
+      ldg_stage(0, lcur);
+      ldg_stage(1, lnxt);
+    }
+  }
 
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
@@ -485,7 +569,7 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_b
     if constexpr (kSerial)
       if (s > 0) mbar_wait(empty0 + 8 * ((s - 1) % kStages), ((s - 1) / kStages) & 1, p.diag, 0, s, (s - 1) % kStages);
     if constexpr (v_decode(V)) {
-      if constexpr (v_traw(V)) __syncwarp();
+      if constexpr (v_traw(V) && !kLdg) __syncwarp();
       // (3) decode this warp's tiles (tile row tr, columns cg + P i) into B[s % kStages].
       const int cg = col_group(s), nt = n_tiles(cg);
       const uint32_t toff = (uint32_t)((s % kRaw) * kTStage + cg * kTileBytes);
@@ -504,7 +588,9 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_b
         constexpr int i = decltype(i_c)::value;
         wv[i][2] = wv[i][1] = wv[i][0] = 0;
         if (((8 % P == 0) || i < nt) && i < kTilesWorked) {
-          if constexpr (v_traw(V)) {
+          if constexpr (kLdg) {
+            wv[i][0] = lcur[i][0]; wv[i][1] = lcur[i][1]; wv[i][2] = lcur[i][2];
+          } else if constexpr (v_traw(V)) {
             constexpr int kW = i * P * kTileBytes;
             wv[i][0] = lds_at<kW>(a0);
             if constexpr (RW::kWords > 1) wv[i][1] = lds_at<kW>(a1);
@@ -543,6 +629,14 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_b
     // the fence and the arrive above most of that arithmetic (its inputs depend on s only and it touches no memory):
     // 275 of the loop's 429 instructions came after the arrive in the build measured in the thirty-fourth session's
     // call 1 (alu-half-tma: 127 of 257).
+    if constexpr (kLdg) {
+      static_for<kMaxT>([&](auto i_c) {
+        constexpr int i = decltype(i_c)::value;
+#pragma unroll
+        for (int x = 0; x < 3; ++x) lcur[i][x] = lnxt[i][x];
+      });
+      ldg_stage(s + 2, lnxt);
+    }
     uint32_t bump = 0;
     if constexpr (v_decode(V) && !v_bstore(V)) bump = (sink == 0x9E3779B9u && p.m < 0) ? 8u : 0u;
     // (4) publish: generic-proxy writes (st.shared, cp.async) -> async proxy (wgmma), then arrive.
@@ -558,16 +652,97 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t smem, int s_b
 // NM = number of valid m64 halves of this warpgroup (0, 1, 2): a template so that no runtime branch sits between
 // the wgmmas of a stage.
 // V = kMmaSpin: no barrier at all (no full wait, no empty arrive), the same wgmma / commit / wait_group sequence.
-template <int V, int NM>
+// Decoding consumers (variants 15-17): the CT tiles of consumer warp (cw, wl) per stage, tile row wl, tile columns
+// c0 + i with c0 = 8 - 2 CT + CT cw. Window words come from global memory (ld.global.nc; LaneWindow offsets, as
+// the producers' raw copy would have them); stores as the producers' (header: lane (g, q) stores frag f at column
+// n, k chunk 2 wl + (f & 1), swizzled, conflict-free).
+template <int CB, int K2, int CT>
+struct ConsumerDecode {
+  using RW = RawWindow<K2>;
+  static constexpr int kTileWords = 4 * K2;
+  const uint32_t *p0, *p1, *p2;  // the lane's window words of tile (wl, c0) at stage 0 of this split
+  int64_t stage_words;           // 4 tile rows x tiles_n tiles
+  int r;                         // the lane's funnel shift (K other than 4 and 8)
+  uint32_t b0, b1;         // B store addresses of k chunks 2 wl, 2 wl + 1 at slot 0, tile column c0
+  exl3::DecodeConsts dk;
+  __device__ __forceinline__ void init(const Params& p, uint32_t smem, int s_begin, int tn0, int cw) {
+    // warp wl inside the consumer warpgroup (warpgroups are 128-thread aligned), lane (g, q)
+    const int wl = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int c0 = 8 - 2 * CT + CT * cw;
+    const int tiles_n = p.n / 16;
+    const uint32_t* src = p.trellis + ((int64_t)(4 * s_begin + wl) * tiles_n + tn0 + c0) * kTileWords;
+    stage_words = (int64_t)4 * tiles_n * kTileWords;
+    const exl3::LaneWindow<K2> lw = exl3::LaneWindow<K2>::make(lane);
+    p0 = src + lw.off[0] / 4; p1 = src + lw.off[1] / 4; p2 = src + lw.off[2] / 4; r = lw.r;
+    const uint32_t bc = smem + kBOff + (uint32_t)(c0 * 16 * 128 + g * 128 + 4 * q);
+    b0 = bc + (uint32_t)(((2 * wl + 0) ^ g) << 4);
+    b1 = bc + (uint32_t)(((2 * wl + 1) ^ g) << 4);
+    dk = exl3::DecodeConsts::make();
+  }
+  // Window words of stage s; past the split's last stage (never decoded) those of the last stage again, so that the
+  // loads are unconditional (a predicated load after zeroing cost ~20 predicated moves per stage in SASS).
+  __device__ __forceinline__ void load(int s, int ns, uint32_t (&w)[CT][3]) const {
+    const int64_t so = (int64_t)min(s, ns - 1) * stage_words;
+    static_for<CT>([&](auto i_c) {
+      constexpr int i = decltype(i_c)::value;
+      w[i][1] = w[i][2] = 0;
+      w[i][0] = __ldg(p0 + so + i * kTileWords);
+      if constexpr (RW::kWords > 1) w[i][1] = __ldg(p1 + so + i * kTileWords);
+      if constexpr (RW::kWords > 2) w[i][2] = __ldg(p2 + so + i * kTileWords);
+    });
+  }
+  // Decode the CT tiles into B slot `slot`, then make the stores visible to the async proxy (the caller arrives).
+  __device__ __forceinline__ void decode_store(const uint32_t (&w)[CT][3], int slot) const {
+    const uint32_t so = (uint32_t)(slot * kBStageBytes);
+    const uint32_t a0 = b0 + so, a1 = b1 + so;
+    static_for<CT>([&](auto i_c) {
+      constexpr int i = decltype(i_c)::value;
+      uint32_t frag[4];
+      decode_raw_tile<CB, K2>(w[i], r, frag, dk);
+      constexpr int kS = i * 16 * 128;
+      sts_at<kS>(a0, frag[0]);
+      sts_at<kS>(a1, frag[1]);
+      sts_at<kS + 8 * 128>(a0, frag[2]);
+      sts_at<kS + 8 * 128>(a1, frag[3]);
+    });
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+};
+
+template <int CB, int K2, int V, int NM>
 __device__ __forceinline__ void consumer_loop(const Params& p, uint32_t smem, int ns, uint32_t full0, uint32_t empty0,
-                                              int cw, float (&acc0)[64], float (&acc1)[64]) {
+                                              int cw, float (&acc0)[64], float (&acc1)[64], int s_begin, int tn0) {
   constexpr bool kSync = V != kMmaSpin;
+  constexpr int CT = v_ctiles(V), L = v_cdist(V);
+  static_assert(L >= 1 && L <= kStages - 2, "decode distance (see the variant notes)");
   const uint64_t da0 = desc_sw128(smem + kAOff + (uint32_t)(cw * 128 * 128));
   const uint64_t da1 = da0 + (uint64_t)((64 * 128) >> 4);
   const uint64_t db = desc_sw128(smem + kBOff);
+  // Decoding consumers: stages 0 .. L - 1 decoded before the loop (their slots are unused so far), then iteration s
+  // decodes stage s + L from window words loaded two iterations earlier (wcur; wnxt = stage s + L + 1; the loads of
+  // stage s + L + 2 are issued once wcur is decoded, so that two sets of window words are live, not three: with the
+  // loads first, the mcg K = 4 build spilled 10 registers in the two-half loop).
+  ConsumerDecode<CB, K2, CT == 0 ? 1 : CT> dec;
+  uint32_t wcur[CT == 0 ? 1 : CT][3], wnxt[CT == 0 ? 1 : CT][3];
+  if constexpr (CT > 0) if (ns > 0) {  // ns >= 1 for every launched split; load's clamp needs it
+    dec.init(p, smem, s_begin, tn0, cw);
+    for (int d = 0; d < L && d < ns; ++d) {
+      dec.load(d, ns, wcur);
+      dec.decode_store(wcur, d % kStages);
+      mbar_arrive(full0 + 8 * (d % kStages));
+    }
+    dec.load(L, ns, wcur);
+    dec.load(L + 1, ns, wnxt);
+  }
   for (int s = 0; s < ns; ++s) {
     const int slot = s % kStages;
     if constexpr (kSync) mbar_wait(full0 + 8 * slot, (s / kStages) & 1, p.diag, 1, s, slot);
+    // Decoding consumers: the empty wait of the slot stage s + L will be decoded into, before this stage's wgmmas (a
+    // wait loop inside the wgmma window made ptxas serialize the wgmmas, C7518).
+    if constexpr (CT > 0) {
+      const int u = s + L - kStages;
+      if (s + L < ns && u >= 0) mbar_wait(empty0 + 8 * (u % kStages), (u / kStages) & 1, p.diag, 2, s, u % kStages);
+    }
     if constexpr (NM > 0) {
       uint64_t ao = (uint64_t)((slot * kAStageBytes) >> 4), bo = (uint64_t)((slot * kBStageBytes) >> 4);
       // Without the barrier waits (mma-spin) ptxas unrolls / hoists the per-slot descriptors and spills; keep the
@@ -593,6 +768,22 @@ __device__ __forceinline__ void consumer_loop(const Params& p, uint32_t smem, in
         });
       }
       wgmma_commit();
+    }
+    // Decoding consumers: stage s + L, while this stage's wgmmas run (between commit and wait_group). Its slot last
+    // held stage s + L - 4, whose empty barrier both warpgroups arrived on by iteration s + L - 3 <= s - 1.
+    if constexpr (CT > 0) {
+      const int d = s + L;
+      if (d < ns) {
+        dec.decode_store(wcur, d % kStages);
+        mbar_arrive(full0 + 8 * (d % kStages));
+#pragma unroll
+        for (int i = 0; i < CT; ++i)
+#pragma unroll
+          for (int x = 0; x < 3; ++x) wcur[i][x] = wnxt[i][x];
+        dec.load(d + 2, ns, wnxt);
+      }
+    }
+    if constexpr (NM > 0) {
       if constexpr (v_serial(V)) wgmma_wait<0>();  // serial: this stage's group is complete
       else wgmma_wait<1>();  // the group of stage s - 1 is complete: its slot can be refilled
     }
@@ -629,16 +820,20 @@ __global__ void __launch_bounds__(Cfg<P>::kThreads, 1) wgmma_trellis_gemm(const 
   // Role split on warpgroup boundaries (128-thread multiples), so every warp of a warpgroup executes the same
   // setmaxnreg, once. The producers release registers; a consumer's setmaxnreg.inc waits in hardware until the
   // block's pool holds enough. The consumer path is a block of its own, entered first (not the fall-through after
-  // a producer `return`): with the roles joined at a common tail, ptxas (13.0) allocated that tail, and with it
-  // the live accumulators, under the launch budget and spilled them for P = 2, 3; as two if/else arms each arm
-  // gets its setmaxnreg budget (no spills, checked with -Xptxas -v).
+  // a producer `return`): with the roles joined at a common tail, ptxas (13.0) allocates that tail, and with it
+  // the live accumulators, under the launch budget (P = 2, 3: spills; P = 1 decoding consumers: 10 registers
+  // spilled at 168, the most any fall-through code gets); as two if/else arms each arm gets its setmaxnreg budget
+  // (decoding consumers: up to R201 of 232, no spills).
   // The warpgroup index goes through a warp shuffle so that ptxas knows it is warp-uniform: with the raw
-  // threadIdx.x compare it treats the consumer arm as a divergent path and serializes every wgmma (C7518).
+  // threadIdx.x compare it treats the consumer arm as a divergent path and serializes every wgmma (C7518). The
+  // consumer warpgroup index cw is derived from it for the same reason: computed from threadIdx.x, the m64-half
+  // branches (nm) it feeds looked divergent, and every two-arm build had C7518 (the P = 2, 3 instances of earlier
+  // sessions, 10 of 12 HGMMAs serialized) while the fall-through builds had none.
   const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
   auto consumer = [&]() __attribute__((always_inline)) {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kConsRegs));
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs<P, V>::kCons));
     const int ct = threadIdx.x - C::kProducers;  // 0..255
-    const int cw = ct >> 7;                      // consumer warpgroup 0 / 1: block rows [128 cw, 128 cw + 128)
+    const int cw = wg - P;  // consumer warpgroup 0 / 1 (block rows [128 cw, 128 cw + 128)), warp-uniform via wg
     const int wl = (ct >> 5) & 3, lane = ct & 31, g = lane >> 2, q = lane & 3;
     float acc0[64], acc1[64];
 #pragma unroll
@@ -648,9 +843,9 @@ __global__ void __launch_bounds__(Cfg<P>::kThreads, 1) wgmma_trellis_gemm(const 
     // Epilogue variant: no loop, stores the zero accumulators of the valid halves.
     const int nm = (V == kDecodeOnly || rows_wg <= 0) ? 0 : (rows_wg <= 64 ? 1 : 2);
     if constexpr (V != kEpilogue) {
-      if (nm == 2) consumer_loop<V, 2>(p, smem, ns, full0, empty0, cw, acc0, acc1);
-      else if (nm == 1) consumer_loop<V, 1>(p, smem, ns, full0, empty0, cw, acc0, acc1);
-      else consumer_loop<V, 0>(p, smem, ns, full0, empty0, cw, acc0, acc1);
+      if (nm == 2) consumer_loop<CB, K2, V, 2>(p, smem, ns, full0, empty0, cw, acc0, acc1, s_begin, tn0);
+      else if (nm == 1) consumer_loop<CB, K2, V, 1>(p, smem, ns, full0, empty0, cw, acc0, acc1, s_begin, tn0);
+      else consumer_loop<CB, K2, V, 0>(p, smem, ns, full0, empty0, cw, acc0, acc1, s_begin, tn0);
     }
 
     // Epilogue: accumulator fragment -> C (see the layout note in the header).
@@ -675,9 +870,11 @@ __global__ void __launch_bounds__(Cfg<P>::kThreads, 1) wgmma_trellis_gemm(const 
     if (nm >= 1) store_half(acc0, 0);
     if (nm >= 2) store_half(acc1, 1);
   };
-  if constexpr (P == 1) {
+  // P = 1 keeps the fall-through form its measured builds had; the decoding consumers (which need more than the
+  // launch budget of 168: ptxas allocates the fall-through under it, 10 registers spilled) take the two-arm form.
+  if constexpr (P == 1 && v_ctiles(V) == 0) {
     if (wg < P) {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kProdRegs));
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs<P, V>::kProd));
       producer<CB, K2, P, V>(p, smem, s_begin, ns, row0, tn0);
       return;
     }
@@ -686,7 +883,7 @@ __global__ void __launch_bounds__(Cfg<P>::kThreads, 1) wgmma_trellis_gemm(const 
     if (wg >= P) {
       consumer();
     } else {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kProdRegs));
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs<P, V>::kProd));
       producer<CB, K2, P, V>(p, smem, s_begin, ns, row0, tn0);
     }
   }
@@ -702,6 +899,14 @@ using namespace proto;
 // KxN (default 4096x11008,17408x5120). The epilogue variant is always timed (the "net" figures need it) unless
 // PROTO_NO_EPILOGUE is set (ncu of one variant: then its kernel is the only one launched).
 static bool g_variants[kNumVariants];
+// P = 2, 3 (full and full-tma) in time mode, by the names "full-p2", "full-tma-p2", "full-p3", "full-tma-p3" (index
+// 2 (P - 2) + (full-tma ? 1 : 0)); not selected by default. Their wgmmas are no longer serialized (see the role split
+// in the kernel), so the old "P = 2, 3 slower everywhere" no longer stands unmeasured.
+static bool g_pvariants[4];
+static const char* pvariant_name(int i) {
+  static const char* names[] = {"full-p2", "full-tma-p2", "full-p3", "full-tma-p3"};
+  return names[i];
+}
 
 static Diag* g_diag = nullptr;      // mapped pinned host memory (host view)
 static Diag* g_diag_dev = nullptr;  // its device alias, passed to the kernel
@@ -711,7 +916,10 @@ static void report_diag_and_exit() {
   if (g_diag && g_diag->flag)
     std::fprintf(stderr,
                  "pipeline timeout record: role %s, block (%d,%d,%d), thread %d, stage %d, slot %d, parity %d\n",
-                 g_diag->role == 0 ? "producer (waiting empty)" : "consumer (waiting full)", g_diag->block_x,
+                 g_diag->role == 0   ? "producer (waiting empty)"
+                 : g_diag->role == 1 ? "consumer (waiting full)"
+                                     : "decoding consumer (waiting empty)",
+                 g_diag->block_x,
                  g_diag->block_y, g_diag->block_z, g_diag->thread, g_diag->stage, g_diag->slot, g_diag->parity);
   std::exit(2);
 }
@@ -803,7 +1011,7 @@ static float h2f(uint16_t h) {
 static const char* variant_name(int v) {
   static const char* names[] = {"full", "mma-only", "decode-only", "mma-spin", "mma-sync", "mma-tma", "full-tma",
                                 "epilogue", "alu-tma", "smem-tma", "full-tma-kin", "mma-tma-kin", "full-tma-serial",
-                                "alu-half-tma", "smem-half-tma"};
+                                "alu-half-tma", "smem-half-tma", "cdec-tma", "cdec-l2-tma", "cdec-half-tma", "ldg-tma"};
   return v >= 0 && v < kNumVariants ? names[v] : "?";
 }
 static const char* cb_name(int cb) { return cb == 0 ? "3inst" : (cb == 1 ? "mcg" : "mul1"); }
@@ -958,7 +1166,7 @@ static float median(std::vector<float> v) {
 struct TimeResult {
   int k, n, m, split, P, variant;
   float ours_us, cublas_us;
-  double check_rel;  // full and full-tma only (-1 otherwise)
+  double check_rel;  // variants that compute C (v_real) against cuBLAS; -1 otherwise
   double us_stage, net_us_stage;
 };
 
@@ -1055,8 +1263,9 @@ static void time_shape(int k, int n, const std::vector<int>& ms, cublasHandle_t 
     // P = 1 only (P = 2, 3 are slower everywhere on the H200; they stay built and checked).
     constexpr int P = 1;
     constexpr int kNV = kNumVariants;
-    const int order[kNV] = {kFull,    kFullTma,     kFullTmaKin, kFullTmaSerial, kAluTma, kAluHalfTma, kSmemTma,
-                            kSmemHalfTma, kMmaOnly, kMmaTma, kMmaTmaKin,    kMmaSync, kMmaSpin, kDecodeOnly, kEpilogue};
+    const int order[kNV] = {kFull,     kFullTma,     kFullTmaKin,  kFullTmaSerial, kCdecTma, kCdecL2Tma, kCdecHalfTma,
+                            kLdgTma,   kAluTma,      kAluHalfTma,  kSmemTma,       kSmemHalfTma, kMmaOnly, kMmaTma,
+                            kMmaTmaKin, kMmaSync,    kMmaSpin,     kDecodeOnly,    kEpilogue};
     float t[kNV];
     auto run = [&](auto v_c) {
       constexpr int V = decltype(v_c)::value;
@@ -1064,11 +1273,16 @@ static void time_shape(int k, int n, const std::vector<int>& ms, cublasHandle_t 
     };
     for_each_variant(run, std::make_integer_sequence<int, kNV>{});
     // Cross-checks on copy 0: ours (fp32) vs cuBLAS (fp16 output, so ~1e-3 relative rounding is expected).
-    const double rel =
-        g_variants[kFull] ? cross_check([&] { launch_ours<CB, K2, P, kFull>(d_A, d_T, d_C, m, n, k, split); }) : -1.0;
-    const double rel_tma =
-        g_variants[kFullTma] ? cross_check([&] { launch_ours<CB, K2, P, kFullTma>(d_A, d_T, d_C, m, n, k, split); })
-                             : -1.0;
+    // Every selected variant that computes C (v_real) is cross-checked; the others get -1.
+    double relv[kNV];
+    auto check_v = [&](auto v_c) {
+      constexpr int V = decltype(v_c)::value;
+      relv[V] = -1.0;
+      if constexpr (v_real(V))
+        if (g_variants[V]) relv[V] = cross_check([&] { launch_ours<CB, K2, P, V>(d_A, d_T, d_C, m, n, k, split); });
+    };
+    for_each_variant(check_v, std::make_integer_sequence<int, kNV>{});
+    const double rel = relv[kFull], rel_tma = relv[kFullTma];
     const int blocks = ((m + kBM - 1) / kBM) * (n / kBN) * split, stages = k / kBK;
     // Per-stage time of one SM: time / (block-stages per SM), block-stages = blocks x stages / split. "net"
     // subtracts the epilogue variant's time (launch, memset, stores) first: the main loop alone.
@@ -1076,16 +1290,33 @@ static void time_shape(int k, int n, const std::vector<int>& ms, cublasHandle_t 
     std::printf("time k=%d n=%d m=%5d split=%d P=1 (us | us/stage | net us/stage; MMA peak 0.57 at m >= 256):\n", k, n,
                 m, split);
     for (int v : order)
-      if (g_variants[v])
-        std::printf("    %-12s %8.1f us  %5.2f  %5.2f\n", variant_name(v), t[v], t[v] / bs_per_sm,
+      if (g_variants[v]) {
+        std::printf("    %-12s %8.1f us  %5.2f  %5.2f", variant_name(v), t[v], t[v] / bs_per_sm,
                     (t[v] - t[kEpilogue]) / bs_per_sm);
+        if (relv[v] >= 0.0 && v != kFull && v != kFullTma) std::printf("  [vs cuBLAS max_rel %.1e]", relv[v]);
+        std::printf("\n");
+      }
     std::printf("    %-12s %8.1f us  (%6.1f TFLOP/s; full %6.1f, full-tma %6.1f TFLOP/s)  full/cuBLAS %.2f  "
                 "full-tma/cuBLAS %.2f  [vs cuBLAS max_rel: full %.1e, full-tma %.1e]\n", "cuBLAS fp16", tc,
                 fl / (tc * 1e-6) / 1e12, fl / (t[kFull] * 1e-6) / 1e12, fl / (t[kFullTma] * 1e-6) / 1e12,
                 t[kFull] / tc, t[kFullTma] / tc, rel, rel_tma);
     for (int v : order)
-      if (g_variants[v]) out.push_back({k, n, m, split, P, v, t[v], tc, v == kFull ? rel : (v == kFullTma ? rel_tma : -1.0),
-                     t[v] / bs_per_sm, (t[v] - t[kEpilogue]) / bs_per_sm});
+      if (g_variants[v]) out.push_back({k, n, m, split, P, v, t[v], tc, relv[v], t[v] / bs_per_sm,
+                                        (t[v] - t[kEpilogue]) / bs_per_sm});
+    // P = 2, 3 (same grid, split and epilogue as P = 1), each cross-checked against cuBLAS like full / full-tma.
+    auto run_p = [&](auto p_c, auto v_c, int idx) {
+      constexpr int PP = decltype(p_c)::value, V = decltype(v_c)::value;
+      if (!g_pvariants[idx]) return;
+      const float tp = time_ours<PP, V>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
+      const double relp = cross_check([&] { launch_ours<CB, K2, PP, V>(d_A, d_T, d_C, m, n, k, split); });
+      std::printf("    %-12s %8.1f us  %5.2f  %5.2f  [vs cuBLAS max_rel %.1e]\n", pvariant_name(idx), tp, tp / bs_per_sm,
+                  (tp - t[kEpilogue]) / bs_per_sm, relp);
+      out.push_back({k, n, m, split, PP, V, tp, tc, relp, tp / bs_per_sm, (tp - t[kEpilogue]) / bs_per_sm});
+    };
+    run_p(std::integral_constant<int, 2>{}, std::integral_constant<int, kFull>{}, 0);
+    run_p(std::integral_constant<int, 2>{}, std::integral_constant<int, kFullTma>{}, 1);
+    run_p(std::integral_constant<int, 3>{}, std::integral_constant<int, kFull>{}, 2);
+    run_p(std::integral_constant<int, 3>{}, std::integral_constant<int, kFullTma>{}, 3);
   }
   CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
   CK(cudaFree(d_T)); CK(cudaFree(d_W)); CK(cudaFree(d_A)); CK(cudaFree(d_C)); CK(cudaFree(d_Ch));
@@ -1142,6 +1373,17 @@ int main(int argc, char** argv) {
     all_pass &= check_case<1, 4, 1, kFullTma>(200, 1024, 512, 2, 10);
     all_pass &= check_case<1, 5, 1, kFullTma>(200, 1024, 512, 1, 11);
     all_pass &= check_case<1, 16, 1, kFullTma>(200, 1024, 512, 1, 12);
+    // full-tma at P = 2, 3 (time mode's full-tma-p2 / -p3): both m64 halves, split-k, ragged rows, K = 8.
+    auto checks_ptma = [&](auto p_c) {
+      constexpr int P = decltype(p_c)::value;
+      all_pass &= check_case<1, 8, P, kFullTma>(128, 256, 256, 1, 1);
+      all_pass &= check_case<1, 8, P, kFullTma>(200, 4096, 1024, 4, 4);
+      all_pass &= check_case<1, 8, P, kFullTma>(256, 4096, 11008, 1, 5);
+      all_pass &= check_case<1, 8, P, kFullTma>(600, 1024, 512, 3, 7);
+      all_pass &= check_case<1, 16, P, kFullTma>(200, 1024, 512, 1, 12);
+    };
+    checks_ptma(std::integral_constant<int, 2>{});
+    checks_ptma(std::integral_constant<int, 3>{});
     // full-tma-kin (P = 1): the k-inner wgmma order, both m64 halves, a ragged m, split-k.
     all_pass &= check_case<1, 8, 1, kFullTmaKin>(128, 256, 256, 1, 1);
     all_pass &= check_case<1, 8, 1, kFullTmaKin>(200, 4096, 1024, 1, 3);
@@ -1152,6 +1394,25 @@ int main(int argc, char** argv) {
     all_pass &= check_case<1, 8, 1, kFullTmaSerial>(200, 4096, 1024, 4, 4);
     all_pass &= check_case<1, 8, 1, kFullTmaSerial>(256, 4096, 11008, 1, 5);
     all_pass &= check_case<1, 16, 1, kFullTmaSerial>(200, 1024, 512, 1, 12);
+    // Decoding consumers and ldg-tma (P = 1): both m64 halves, one half (m 64, two stages: with L = 2 no decode in
+    // the loop), a ragged m whose last block row leaves warpgroup 1 without rows (m 600: it still decodes), split-k,
+    // the other codebooks, and the K whose windows take the funnel-shift path (2.5) or three words (8).
+    auto checks_v = [&](auto v_c) {
+      constexpr int V = decltype(v_c)::value;
+      all_pass &= check_case<1, 8, 1, V>(128, 256, 256, 1, 1);
+      all_pass &= check_case<1, 8, 1, V>(64, 128, 128, 1, 2);
+      all_pass &= check_case<1, 8, 1, V>(200, 4096, 1024, 4, 4);
+      all_pass &= check_case<1, 8, 1, V>(256, 4096, 11008, 1, 5);
+      all_pass &= check_case<1, 8, 1, V>(600, 1024, 512, 3, 7);
+      all_pass &= check_case<0, 8, 1, V>(200, 1024, 512, 1, 8);
+      all_pass &= check_case<2, 8, 1, V>(200, 1024, 512, 1, 9);
+      all_pass &= check_case<1, 5, 1, V>(200, 1024, 512, 1, 11);
+      all_pass &= check_case<1, 16, 1, V>(200, 1024, 512, 1, 12);
+    };
+    checks_v(std::integral_constant<int, kCdecTma>{});
+    checks_v(std::integral_constant<int, kCdecL2Tma>{});
+    checks_v(std::integral_constant<int, kCdecHalfTma>{});
+    checks_v(std::integral_constant<int, kLdgTma>{});
   }
   std::vector<TimeResult> res;
   if (do_time) {
@@ -1174,9 +1435,12 @@ int main(int argc, char** argv) {
       g_variants[v] = vs.empty();
       for (const auto& name : vs) g_variants[v] |= name == variant_name(v);
     }
+    for (int i = 0; i < 4; ++i)
+      for (const auto& name : vs) g_pvariants[i] |= name == pvariant_name(i);
     for (const auto& name : vs) {
       bool known = false;
       for (int v = 0; v < kNumVariants; ++v) known |= name == variant_name(v);
+      for (int i = 0; i < 4; ++i) known |= name == pvariant_name(i);
       if (!known) {
         std::fprintf(stderr, "PROTO_VARIANTS: unknown variant '%s'\n", name.c_str());
         return 2;

@@ -159,3 +159,43 @@ def test_ncu_stalls_split_and_summary(tmp_path):
     two.write_text(p.read_text() * 2)  # two kernels' pages in one file
     with pytest.raises(ValueError, match="2 kernels"):
         ncu_stalls.load(str(two))
+
+
+def test_wgmma_sass_report_flags_serialized_and_spilling_kernels(capsys):
+    """tools/wgmma_sass_report.py on hand-made SASS in cuobjdump's layout: a pipelined kernel (one group of 4 HGMMAs
+    per stage, wait keeps 1), ptxas's serialized form (a group and a wait-all per HGMMA) and a spilling kernel."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import wgmma_sass_report as wsr
+
+    def fn(name, body):
+        lines = [f"\t\tFunction : {name}"]
+        for i, ins in enumerate(body):
+            lines.append(f"        /*{16 * i:04x}*/                   {ins} ;   /* 0x0 */")
+        return "\n".join(lines)
+
+    hg = "HGMMA.64x128x16.F32 R24, gdesc[UR8], R24"
+    good = ["WARPGROUP.ARRIVE", hg, hg, hg, hg + ", gsb0", "WARPGROUP.DEPBAR.LE gsb0, 0x1", "@!P0 BRA 0x0",
+            "WARPGROUP.DEPBAR.LE gsb0, 0x0", "STG.E [R2.64], R150"]
+    serial = []
+    for _ in range(4):
+        serial += ["WARPGROUP.ARRIVE", hg + ", gsb0", "UIADD3 UR8, UR8, 0x2, URZ", "WARPGROUP.DEPBAR.LE gsb0, 0x0"]
+    serial += ["@!P0 BRA 0x0"]
+    spill = good[:5] + ["STL [R1+0x4], R13", "LDL R13, [R1+0x4]"] + good[5:]
+    sass = "\n".join([fn("k_good", good), fn("k_serial", serial), fn("k_spill", spill)])
+    funcs = wsr.split_functions(sass)
+    assert set(funcs) == {"k_good", "k_serial", "k_spill"}
+    assert wsr.report(funcs["k_good"]) == {"hgmma": 4, "serialized": 0, "spills": 0, "max_reg": 150}
+    # the last group of the loop body is followed by the branch: 3 of the 4 count
+    assert wsr.report(funcs["k_serial"])["serialized"] == 3
+    assert wsr.report(funcs["k_spill"])["spills"] == 2
+    import io
+
+    sys_stdin = sys.stdin
+    try:
+        sys.stdin = io.StringIO(sass)
+        assert wsr.main(["-", "--require", "k_good"]) == 0
+        sys.stdin = io.StringIO(sass)
+        assert wsr.main(["-", "--require", "k_(serial|spill)"]) == 1
+    finally:
+        sys.stdin = sys_stdin
+    assert "k_serial: hgmma 4 serialized 3" in capsys.readouterr().out
