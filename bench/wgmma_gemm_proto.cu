@@ -13,7 +13,7 @@
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //        -Ipackages/exl3-kernels/csrc/include -Xcompiler -idirafter -Xcompiler $V/include \
 //        bench/wgmma_gemm_proto.cu -L$V/lib -l:libcublas.so.13 -Xlinker -rpath=$PWD/$V/lib -o /tmp/wgmma_gemm_proto
-// Add -Xptxas -v (thirty-fifth session): 73 GEMM kernel instances, no C7518 on any, no spills except in two ldg-tma
+// Add -Xptxas -v (thirty-fifth session): 76 GEMM kernel instances, no C7518 on any, no spills except in two ldg-tma
 // instances that only the checks run (<mcg, K2 = 5> 36 bytes, <3inst, K2 = 8> 4 bytes; the full <mcg, K2 = 5, P = 1>
 // spill of earlier builds is gone). C7517 (a warpgroup wait injected "to allow use of registers defined by GMMA") on
 // the instances with the two-arm role split (P = 2, 3; decoding consumers): in SASS that wait sits just before the
@@ -196,7 +196,8 @@ struct Cfg {
   // rotated by the stage: column group cg = ((w >> 2) + s) % P decodes tile columns cg, cg + P, cg + 2P, ... < 8.
   static constexpr int kMaxTiles = (8 + P - 1) / P;  // 8, 4, 3 (P = 3: groups of 3, 3, 2 tiles)
 };
-// Variants (time mode diagnostics). Only kFull, kMmaOnly, kDecodeOnly are built for P = 2, 3; the others are P = 1.
+// Variants (time mode diagnostics). P = 2, 3: full, full-tma (checked and timed) and decode-only-tma (timed); the
+// others are P = 1.
 //   0 full        the kernel; A by cp.async (128 producer threads, 16 B each) 2 stages ahead.
 //   1 mma-only    producers copy A (cp.async) and keep the barrier protocol; no trellis copy, no decode, no B
 //                 stores (B is garbage).
@@ -247,10 +248,14 @@ struct Cfg {
 //  18 ldg-tma     full-tma whose producers load their window words straight from global memory into registers two
 //                 stages ahead (ld.global.nc, as the decoding consumers do) instead of copying the raw trellis into
 //                 shared memory and reading it back: the raw ring's share of the shared-memory side. Checked.
+//  19 decode-only-tma  full-tma's producers (A by TMA) with consumers that keep the barrier protocol but issue no
+//                 wgmma: the decode's own rate with TMA A (decode-only copies A by cp.async in the producers, which
+//                 may have been what kept e8fe865's P = 2 decode-only from being faster). Also at P = 2, 3.
 constexpr int kFull = 0, kMmaOnly = 1, kDecodeOnly = 2, kMmaSpin = 3, kMmaSync = 4, kMmaTma = 5, kFullTma = 6,
               kEpilogue = 7, kAluTma = 8, kSmemTma = 9, kFullTmaKin = 10, kMmaTmaKin = 11, kFullTmaSerial = 12,
-              kAluHalfTma = 13, kSmemHalfTma = 14, kCdecTma = 15, kCdecL2Tma = 16, kCdecHalfTma = 17, kLdgTma = 18;
-constexpr int kNumVariants = 19;
+              kAluHalfTma = 13, kSmemHalfTma = 14, kCdecTma = 15, kCdecL2Tma = 16, kCdecHalfTma = 17, kLdgTma = 18,
+              kDecodeOnlyTma = 19;
+constexpr int kNumVariants = 20;
 // Tiles per consumer warp and stage (0: the consumers do not decode), the consumers' decode distance in stages, and
 // the producers' ld.global window words (ldg-tma).
 __host__ __device__ constexpr int v_ctiles(int v) {
@@ -261,7 +266,7 @@ __host__ __device__ constexpr bool v_pldg(int v) { return v == kLdgTma; }
 // The producers of the k-inner, serial and half variants are those of their base variant (plus the serial wait, or
 // half the tiles).
 __host__ __device__ constexpr int v_base(int v) {
-  return (v == kFullTmaKin || v == kFullTmaSerial || v == kCdecHalfTma || v == kLdgTma) ? kFullTma
+  return (v == kFullTmaKin || v == kFullTmaSerial || v == kCdecHalfTma || v == kLdgTma || v == kDecodeOnlyTma) ? kFullTma
          : (v == kMmaTmaKin || v == kCdecTma || v == kCdecL2Tma)                   ? kMmaTma
          : v == kAluHalfTma                        ? kAluTma
          : v == kSmemHalfTma                       ? kSmemTma
@@ -282,9 +287,9 @@ __host__ __device__ constexpr bool v_traw(int v) { return v_decode(v) && v != kA
 __host__ __device__ constexpr bool v_alu(int v) { return v_decode(v) && v != kSmemTma; }
 __host__ __device__ constexpr bool v_bstore(int v) { return v_decode(v) && v != kAluTma; }
 __host__ __device__ constexpr bool v_cpasync_a(int v) { return v == kFull || v == kMmaOnly || v == kDecodeOnly; }
-__host__ __device__ constexpr bool v_wgmma(int v) { return v != kDecodeOnly && v != kEpilogue; }
+__host__ __device__ constexpr bool v_wgmma(int v) { return v != kDecodeOnly && v != kDecodeOnlyTma && v != kEpilogue; }
 __host__ __device__ constexpr bool v_real(int v) {  // computes C
-  return v == kFull || v_base(v) == kFullTma || v_ctiles(v) > 0;
+  return (v == kFull || v_base(v) == kFullTma || v_ctiles(v) > 0) && v_wgmma(v);
 }
 // full[] arrival count: 128 P producer threads; TMA variants add (6, 8, 9) or are (5) one arrive.expect_tx per use.
 // Decoding consumers add their 256 arrivals (after their decode of the stage).
@@ -841,7 +846,7 @@ __global__ void __launch_bounds__(Cfg<P>::kThreads, 1) wgmma_trellis_gemm(const 
     const int rows_wg = p.m - (row0 + 128 * cw);
     // Decode-only variant: nm = 0 keeps the barrier protocol (wait full, release empty) without wgmma or stores.
     // Epilogue variant: no loop, stores the zero accumulators of the valid halves.
-    const int nm = (V == kDecodeOnly || rows_wg <= 0) ? 0 : (rows_wg <= 64 ? 1 : 2);
+    const int nm = (!v_wgmma(V) || rows_wg <= 0) ? 0 : (rows_wg <= 64 ? 1 : 2);
     if constexpr (V != kEpilogue) {
       if (nm == 2) consumer_loop<CB, K2, V, 2>(p, smem, ns, full0, empty0, cw, acc0, acc1, s_begin, tn0);
       else if (nm == 1) consumer_loop<CB, K2, V, 1>(p, smem, ns, full0, empty0, cw, acc0, acc1, s_begin, tn0);
@@ -899,12 +904,14 @@ using namespace proto;
 // KxN (default 4096x11008,17408x5120). The epilogue variant is always timed (the "net" figures need it) unless
 // PROTO_NO_EPILOGUE is set (ncu of one variant: then its kernel is the only one launched).
 static bool g_variants[kNumVariants];
-// P = 2, 3 (full and full-tma) in time mode, by the names "full-p2", "full-tma-p2", "full-p3", "full-tma-p3" (index
-// 2 (P - 2) + (full-tma ? 1 : 0)); not selected by default. Their wgmmas are no longer serialized (see the role split
-// in the kernel), so the old "P = 2, 3 slower everywhere" no longer stands unmeasured.
-static bool g_pvariants[4];
+// P = 2, 3 in time mode, by the names below (index 3 (P - 2) + {full, full-tma, decode-only-tma}); not selected by
+// default. Their wgmmas are no longer serialized (see the role split in the kernel), so the old "P = 2, 3 slower
+// everywhere" no longer stands unmeasured.
+constexpr int kNumPVariants = 6;
+static bool g_pvariants[kNumPVariants];
 static const char* pvariant_name(int i) {
-  static const char* names[] = {"full-p2", "full-tma-p2", "full-p3", "full-tma-p3"};
+  static const char* names[] = {"full-p2", "full-tma-p2", "decode-only-tma-p2", "full-p3", "full-tma-p3",
+                                "decode-only-tma-p3"};
   return names[i];
 }
 
@@ -1011,7 +1018,8 @@ static float h2f(uint16_t h) {
 static const char* variant_name(int v) {
   static const char* names[] = {"full", "mma-only", "decode-only", "mma-spin", "mma-sync", "mma-tma", "full-tma",
                                 "epilogue", "alu-tma", "smem-tma", "full-tma-kin", "mma-tma-kin", "full-tma-serial",
-                                "alu-half-tma", "smem-half-tma", "cdec-tma", "cdec-l2-tma", "cdec-half-tma", "ldg-tma"};
+                                "alu-half-tma", "smem-half-tma", "cdec-tma", "cdec-l2-tma", "cdec-half-tma", "ldg-tma",
+                                "decode-only-tma"};
   return v >= 0 && v < kNumVariants ? names[v] : "?";
 }
 static const char* cb_name(int cb) { return cb == 0 ? "3inst" : (cb == 1 ? "mcg" : "mul1"); }
@@ -1265,7 +1273,7 @@ static void time_shape(int k, int n, const std::vector<int>& ms, cublasHandle_t 
     constexpr int kNV = kNumVariants;
     const int order[kNV] = {kFull,     kFullTma,     kFullTmaKin,  kFullTmaSerial, kCdecTma, kCdecL2Tma, kCdecHalfTma,
                             kLdgTma,   kAluTma,      kAluHalfTma,  kSmemTma,       kSmemHalfTma, kMmaOnly, kMmaTma,
-                            kMmaTmaKin, kMmaSync,    kMmaSpin,     kDecodeOnly,    kEpilogue};
+                            kMmaTmaKin, kMmaSync,    kMmaSpin,     kDecodeOnly,    kDecodeOnlyTma, kEpilogue};
     float t[kNV];
     auto run = [&](auto v_c) {
       constexpr int V = decltype(v_c)::value;
@@ -1303,20 +1311,26 @@ static void time_shape(int k, int n, const std::vector<int>& ms, cublasHandle_t 
     for (int v : order)
       if (g_variants[v]) out.push_back({k, n, m, split, P, v, t[v], tc, relv[v], t[v] / bs_per_sm,
                                         (t[v] - t[kEpilogue]) / bs_per_sm});
-    // P = 2, 3 (same grid, split and epilogue as P = 1), each cross-checked against cuBLAS like full / full-tma.
+    // P = 2, 3 (same grid, split and epilogue as P = 1); those that compute C cross-checked against cuBLAS.
     auto run_p = [&](auto p_c, auto v_c, int idx) {
       constexpr int PP = decltype(p_c)::value, V = decltype(v_c)::value;
       if (!g_pvariants[idx]) return;
       const float tp = time_ours<PP, V>(d_A, d_T, tw, ct, d_C, m, n, k, split, iters, e0, e1);
-      const double relp = cross_check([&] { launch_ours<CB, K2, PP, V>(d_A, d_T, d_C, m, n, k, split); });
-      std::printf("    %-12s %8.1f us  %5.2f  %5.2f  [vs cuBLAS max_rel %.1e]\n", pvariant_name(idx), tp, tp / bs_per_sm,
-                  (tp - t[kEpilogue]) / bs_per_sm, relp);
+      double relp = -1.0;
+      if constexpr (v_real(V)) relp = cross_check([&] { launch_ours<CB, K2, PP, V>(d_A, d_T, d_C, m, n, k, split); });
+      std::printf("    %-12s %8.1f us  %5.2f  %5.2f", pvariant_name(idx), tp, tp / bs_per_sm, (tp - t[kEpilogue]) / bs_per_sm);
+      if (relp >= 0.0) std::printf("  [vs cuBLAS max_rel %.1e]", relp);
+      std::printf("\n");
       out.push_back({k, n, m, split, PP, V, tp, tc, relp, tp / bs_per_sm, (tp - t[kEpilogue]) / bs_per_sm});
     };
-    run_p(std::integral_constant<int, 2>{}, std::integral_constant<int, kFull>{}, 0);
-    run_p(std::integral_constant<int, 2>{}, std::integral_constant<int, kFullTma>{}, 1);
-    run_p(std::integral_constant<int, 3>{}, std::integral_constant<int, kFull>{}, 2);
-    run_p(std::integral_constant<int, 3>{}, std::integral_constant<int, kFullTma>{}, 3);
+    using I2 = std::integral_constant<int, 2>;
+    using I3 = std::integral_constant<int, 3>;
+    run_p(I2{}, std::integral_constant<int, kFull>{}, 0);
+    run_p(I2{}, std::integral_constant<int, kFullTma>{}, 1);
+    run_p(I2{}, std::integral_constant<int, kDecodeOnlyTma>{}, 2);
+    run_p(I3{}, std::integral_constant<int, kFull>{}, 3);
+    run_p(I3{}, std::integral_constant<int, kFullTma>{}, 4);
+    run_p(I3{}, std::integral_constant<int, kDecodeOnlyTma>{}, 5);
   }
   CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
   CK(cudaFree(d_T)); CK(cudaFree(d_W)); CK(cudaFree(d_A)); CK(cudaFree(d_C)); CK(cudaFree(d_Ch));
@@ -1435,12 +1449,12 @@ int main(int argc, char** argv) {
       g_variants[v] = vs.empty();
       for (const auto& name : vs) g_variants[v] |= name == variant_name(v);
     }
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < kNumPVariants; ++i)
       for (const auto& name : vs) g_pvariants[i] |= name == pvariant_name(i);
     for (const auto& name : vs) {
       bool known = false;
       for (int v = 0; v < kNumVariants; ++v) known |= name == variant_name(v);
-      for (int i = 0; i < 4; ++i) known |= name == pvariant_name(i);
+      for (int i = 0; i < kNumPVariants; ++i) known |= name == pvariant_name(i);
       if (!known) {
         std::fprintf(stderr, "PROTO_VARIANTS: unknown variant '%s'\n", name.c_str());
         return 2;

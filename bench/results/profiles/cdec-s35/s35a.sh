@@ -26,7 +26,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 timeout 200 $B check > $O/proto_check.log 2>&1
 el "proto check rc=$? PASS $(grep -c '> PASS' $O/proto_check.log) FAIL $(grep -c '> FAIL' $O/proto_check.log)"
 grep -E "FAIL|timeout record" $O/proto_check.log | head -20
-VARS=full-tma,cdec-tma,cdec-l2-tma,cdec-half-tma,ldg-tma,full-tma-p2,full-tma-p3,full-p2,mma-tma,decode-only,full-tma-serial,alu-tma,alu-half-tma,smem-tma,smem-half-tma,epilogue
+VARS=full-tma,cdec-tma,cdec-l2-tma,cdec-half-tma,ldg-tma,full-tma-p2,full-tma-p3,full-p2,mma-tma,decode-only,decode-only-tma,decode-only-tma-p2,decode-only-tma-p3,full-tma-serial,alu-tma,alu-half-tma,smem-tma,smem-half-tma,epilogue
 for r in 1 2; do
   PROTO_VARIANTS=$VARS PROTO_MS=256,512,1024,2048 PROTO_SHAPES=4096x11008,17408x5120 timeout 150 $B time \
     > $O/proto_time_r$r.log 2>&1
