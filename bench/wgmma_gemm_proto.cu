@@ -13,7 +13,7 @@
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //        -Ipackages/exl3-kernels/csrc/include -Xcompiler -idirafter -Xcompiler $V/include \
 //        bench/wgmma_gemm_proto.cu -L$V/lib -l:libcublas.so.13 -Xlinker -rpath=$PWD/$V/lib -o /tmp/wgmma_gemm_proto
-// Add -Xptxas -v (thirty-fifth session): 76 GEMM kernel instances, no C7518 on any, no spills except in two ldg-tma
+// Add -Xptxas -v (thirty-fifth session): 76 entry functions, 65 of them GEMM instances; no C7518 on any, no spills except in two ldg-tma
 // instances that only the checks run (<mcg, K2 = 5> 36 bytes, <3inst, K2 = 8> 4 bytes; the full <mcg, K2 = 5, P = 1>
 // spill of earlier builds is gone). C7517 (a warpgroup wait injected "to allow use of registers defined by GMMA") on
 // the instances with the two-arm role split (P = 2, 3; decoding consumers): in SASS that wait sits just before the
@@ -826,9 +826,9 @@ __global__ void __launch_bounds__(Cfg<P>::kThreads, 1) wgmma_trellis_gemm(const 
   // setmaxnreg, once. The producers release registers; a consumer's setmaxnreg.inc waits in hardware until the
   // block's pool holds enough. The consumer path is a block of its own, entered first (not the fall-through after
   // a producer `return`): with the roles joined at a common tail, ptxas (13.0) allocates that tail, and with it
-  // the live accumulators, under the launch budget (P = 2, 3: spills; P = 1 decoding consumers: 10 registers
-  // spilled at 168, the most any fall-through code gets); as two if/else arms each arm gets its setmaxnreg budget
-  // (decoding consumers: up to R201 of 232, no spills).
+  // the live accumulators, under the launch budget (P = 2, 3: spills; P = 1 decoding consumers: at most R165 and 10
+  // registers spilled; not a general cap: the op's fall-through consumers reach R197 in their epilogue); as two
+  // if/else arms each arm gets its setmaxnreg budget (decoding consumers: up to R201 of 232, no spills).
   // The warpgroup index goes through a warp shuffle so that ptxas knows it is warp-uniform: with the raw
   // threadIdx.x compare it treats the consumer arm as a divergent path and serializes every wgmma (C7518). The
   // consumer warpgroup index cw is derived from it for the same reason: computed from threadIdx.x, the m64-half

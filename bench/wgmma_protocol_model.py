@@ -10,7 +10,12 @@ kernel's source, and runs it under random interleavings. It reports
   (write after read: the wgmma would read the next stage's data),
 - a wgmma issued on a slot whose parts do not all hold its stage (read before write),
 - an arrival on a barrier whose current phase is not the arriving stage's phase (it would count toward the wrong
-  stage), and a parity wait on a barrier that has run two phases past it (the parity would alias).
+  stage), and a parity wait whose phase is not the barrier's current or last completed one: two phases past it, or
+  one phase ahead of the current one (either way the parity would alias).
+
+Schedules are random but biased per run: every role and every asynchronous event source gets a speed drawn from a
+wide log-uniform range, so that in many runs one warpgroup's wgmmas stay pending for long stretches while the others
+race ahead (a uniform choice among the enabled moves retires pending work too soon to expose a slot hazard).
 
 mbarrier semantics (PTX ISA, "mbarrier"): a phase completes when its pending arrival count and its transaction count
 both reach zero; try_wait.parity(p) succeeds once the phase with parity p has completed, i.e. while the current phase's
@@ -20,7 +25,11 @@ most N of the warpgroup's groups are pending).
 
 The roles are coarse on purpose: a warpgroup arrives with all its threads at once, as its threads execute the
 arrive after the same warp-uniform control flow. What the model does not cover: the proxy fence (assumed placed
-before each arrive, as in the kernel), memory ordering inside a role, and the split-k / epilogue code.
+before each arrive, as in the kernel), memory ordering inside a role, warp granularity (each warp of a warpgroup
+writes its own tile row and arrives by itself; the model moves a warpgroup as one actor), a consumer warpgroup
+without rows (it decodes and arrives but issues no wgmma, so it only releases slots sooner), ldg-tma, the serial
+variant, P = 2, 3, and the split-k / epilogue code. The arrival counts and the order of waits and arrives are
+restated from the kernel's source, not derived from it: a change there needs the same change here.
 """
 from __future__ import annotations
 
@@ -41,6 +50,7 @@ class Variant:
     ctiles: int = 0
     dist: int = 1
     consumer_empty_wait: bool = True
+    wait_group: int = 1  # mutant when 2: the consumers release stage s - 1 with two wgmma groups still pending
 
 
 FULL_TMA = Variant(producers=True)
@@ -82,6 +92,8 @@ class Barrier:
         """try_wait.parity(phase & 1) for a wait on `phase`."""
         if self.done > phase + 1:
             raise ProtocolError(f"{who}: parity wait on {self.name} phase {phase}, already {self.done} phases done")
+        if self.done < phase:
+            raise ProtocolError(f"{who}: parity wait on {self.name} phase {phase} while phase {self.done} is current")
         return (self.done & 1) != (phase & 1)
 
 
@@ -163,7 +175,7 @@ class Model:
                 d = s + L
                 self.write(d, part, who)
                 self.full[d % STAGES].arrive(128, d // STAGES, who)
-            yield lambda: len(self.pending_reads[c]) <= 1  # wgmma.wait_group 1
+            yield lambda: len(self.pending_reads[c]) <= v.wait_group  # wgmma.wait_group 1
             if s > 0:
                 self.empty[(s - 1) % STAGES].arrive(128, (s - 1) // STAGES, who)
         yield lambda: not self.pending_reads[c]  # wait_group 0 before the epilogue
@@ -176,6 +188,8 @@ class Model:
                 waiting[name] = next(g)
             except StopIteration:
                 del roles[name]
+        # Per-run speeds (log-uniform over 1e-3 .. 1): the relative rate of each role and event source.
+        speed = {k: 10 ** self.rng.uniform(-3, 0) for k in ("producer", "WG0", "WG1", "tma", "wgmma0", "wgmma1")}
         for _ in range(max_steps):
             moves = [("role", n) for n in roles if waiting[n]()]
             moves += [("tma", i) for i in range(len(self.tma_inflight))]
@@ -185,7 +199,9 @@ class Model:
                     raise ProtocolError(f"deadlock: {sorted(roles)} blocked (full done "
                                         f"{[b.done for b in self.full]}, empty done {[b.done for b in self.empty]})")
                 return
-            kind, x = self.rng.choice(moves)
+            weights = [speed[x] if k == "role" else speed["tma"] if k == "tma" else speed[f"wgmma{x}"]
+                       for k, x in moves]
+            kind, x = self.rng.choices(moves, weights)[0]
             if kind == "tma":
                 s = self.tma_inflight.pop(x)
                 self.write(s, "a", "TMA")

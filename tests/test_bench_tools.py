@@ -181,10 +181,15 @@ def test_wgmma_sass_report_flags_serialized_and_spilling_kernels(capsys):
         serial += ["WARPGROUP.ARRIVE", hg + ", gsb0", "UIADD3 UR8, UR8, 0x2, URZ", "WARPGROUP.DEPBAR.LE gsb0, 0x0"]
     serial += ["@!P0 BRA 0x0"]
     spill = good[:5] + ["STL [R1+0x4], R13", "LDL R13, [R1+0x4]"] + good[5:]
-    sass = "\n".join([fn("k_good", good), fn("k_serial", serial), fn("k_spill", spill)])
+    # a whole group, then a wait-all before the loop's branch (an injected wait on the hot path)
+    waitall = good[:5] + ["WARPGROUP.DEPBAR.LE gsb0, 0x0"] + good[5:]
+    sass = "\n".join([fn("k_good", good), fn("k_serial", serial), fn("k_spill", spill), fn("k_waitall", waitall)])
     funcs = wsr.split_functions(sass)
-    assert set(funcs) == {"k_good", "k_serial", "k_spill"}
-    assert wsr.report(funcs["k_good"]) == {"hgmma": 4, "serialized": 0, "spills": 0, "max_reg": 150}
+    assert set(funcs) == {"k_good", "k_serial", "k_spill", "k_waitall"}
+    # max_reg: R150 of the store, and R24 + 63 of the HGMMA accumulators (m64n128: 64 registers)
+    assert wsr.report(funcs["k_good"]) == {"hgmma": 4, "serialized": 0, "wait_all": 0, "spills": 0, "max_reg": 150}
+    assert wsr.report(funcs["k_waitall"])["wait_all"] == 1 and wsr.report(funcs["k_waitall"])["serialized"] == 0
+    assert wsr.report(funcs["k_serial"])["max_reg"] == 87
     # the last group of the loop body is followed by the branch: 3 of the 4 count
     assert wsr.report(funcs["k_serial"])["serialized"] == 3
     assert wsr.report(funcs["k_spill"])["spills"] == 2
@@ -196,6 +201,8 @@ def test_wgmma_sass_report_flags_serialized_and_spilling_kernels(capsys):
         assert wsr.main(["-", "--require", "k_good"]) == 0
         sys.stdin = io.StringIO(sass)
         assert wsr.main(["-", "--require", "k_(serial|spill)"]) == 1
+        sys.stdin = io.StringIO(sass)
+        assert wsr.main(["-", "--require", "k_waitall"]) == 1
     finally:
         sys.stdin = sys_stdin
     assert "k_serial: hgmma 4 serialized 3" in capsys.readouterr().out

@@ -7,12 +7,16 @@ point. This scans `cuobjdump -sass` output of a binary or cubin and reports, per
   hgmma       HGMMA instructions
   serialized  HGMMAs that ptxas made groups of their own, each followed by a wait-all before the next HGMMA (0 in a
               working async pipeline, where a stage's HGMMAs form one group and the wait keeps one group pending)
+  wait_all    groups of two or more HGMMAs followed by a wait-all before any branch, barrier operation or further
+              HGMMA: the consumer then waits for its own stage's MMAs before going on (what a compiler-injected wait,
+              ptxas info C7517, would look like on the hot path; the serial variant has it by design)
   spills      STL / LDL instructions
-  max_reg     highest general register index used (a kernel whose consumer arm got its setmaxnreg budget uses more
-              than the launch budget; docs/hopper-gemm.md, "Role layouts and ptxas")
+  max_reg     highest general register index used, counting the registers of .64 / .128 / .WIDE operands and HGMMA
+              accumulators (a kernel whose consumer arm got its setmaxnreg budget can use more than the launch
+              budget; docs/hopper-gemm.md, "Decoding consumers, and P = 2 after all")
 
 Usage: python3 tools/wgmma_sass_report.py <binary|cubin> [--filter REGEX] [--require REGEX] [--cuobjdump PATH]
-  --require: exit 1 when a kernel whose (mangled) name matches REGEX has serialized HGMMAs or spills.
+  --require: exit 1 when a kernel whose (mangled) name matches REGEX has serialized HGMMAs, wait_all groups or spills.
 Reads SASS text from stdin when the file argument is '-'.
 """
 from __future__ import annotations
@@ -23,7 +27,7 @@ import shutil
 import subprocess
 import sys
 
-INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)\s*([^;]*);")
+INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Za-z0-9_.]+)\s*([^;]*);")
 REG = re.compile(r"\bR(\d+)\b")
 
 
@@ -49,7 +53,7 @@ def report(insns: list[tuple[str, str]]) -> dict[str, int]:
     """Counts for one kernel. A group is the HGMMAs up to the one carrying gsb0. An HGMMA counts as serialized when
     it forms a group of its own and a wait-all (WARPGROUP.DEPBAR.LE gsb0, 0x0) follows it before the next HGMMA with
     no branch or barrier operation in between: ptxas's serialized form, one group and one wait per HGMMA."""
-    hgmma = serialized = spills = 0
+    hgmma = serialized = wait_all = spills = 0
     max_reg = -1
     group = 0  # HGMMAs in the current group
     for i, (op, args) in enumerate(insns):
@@ -57,23 +61,34 @@ def report(insns: list[tuple[str, str]]) -> dict[str, int]:
             hgmma += 1
             group += 1
             if "gsb0" in args:
-                if group == 1:
-                    waited = False
-                    for op2, args2 in insns[i + 1:]:
-                        if op2.startswith("HGMMA"):
+                waited = False
+                for op2, args2 in insns[i + 1:]:
+                    if op2.startswith("HGMMA"):
+                        if group == 1:
                             serialized += waited
-                            break
-                        if op2.split(".")[0] in ("BRA", "SYNCS", "EXIT", "BAR", "RET"):
-                            break
-                        if op2.startswith("WARPGROUP.DEPBAR") and args2.replace(" ", "").endswith("0x0"):
-                            waited = True
+                        break
+                    if op2.split(".")[0] in ("BRA", "SYNCS", "EXIT", "BAR", "RET", "BPT"):
+                        break
+                    if op2.startswith("WARPGROUP.DEPBAR") and args2.replace(" ", "").endswith("0x0"):
+                        waited = True
+                if group > 1 and waited:
+                    wait_all += 1
                 group = 0
         base = op.split(".")[0]
         if base in ("STL", "LDL"):
             spills += 1
-        for r in REG.findall(args):
-            max_reg = max(max_reg, int(r))
-    return {"hgmma": hgmma, "serialized": serialized, "spills": spills, "max_reg": max_reg}
+        width = 1
+        m = re.match(r"HGMMA\.64x(\d+)x", op)
+        if m:
+            width = int(m.group(1)) // 2  # fp32 accumulators of m64nN: N / 2 registers per thread
+        elif ".128" in op:
+            width = 4
+        elif ".64" in op or ".WIDE" in op:
+            width = 2
+        regs = [int(r) for r in REG.findall(args)]
+        if regs:
+            max_reg = max(max_reg, regs[0] + width - 1, *regs)
+    return {"hgmma": hgmma, "serialized": serialized, "wait_all": wait_all, "spills": spills, "max_reg": max_reg}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,10 +109,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         r = report(insns)
         flag = ""
-        if a.require and re.search(a.require, name) and (r["serialized"] or r["spills"]):
+        if a.require and re.search(a.require, name) and (r["serialized"] or r["wait_all"] or r["spills"]):
             bad.append(name)
             flag = "  <- REQUIRED CLEAN"
-        print(f"{name}: hgmma {r['hgmma']} serialized {r['serialized']} spills {r['spills']} max_reg {r['max_reg']}{flag}")
+        print(f"{name}: hgmma {r['hgmma']} serialized {r['serialized']} wait_all {r['wait_all']} spills {r['spills']} "
+              f"max_reg {r['max_reg']}{flag}")
     if bad:
         print(f"{len(bad)} required kernel(s) serialized or spilling", file=sys.stderr)
         return 1

@@ -114,6 +114,17 @@
 #ifndef EXL3_WGMMA_DECODE_AHEAD
 #define EXL3_WGMMA_DECODE_AHEAD 1
 #endif
+// Producer warpgroups (A/B build flag, thirty-fifth session; compiled on the dev box, NOT run on a GPU): 1 = the kernel
+// measured so far; 2 = 512 threads, producer warp w decodes tile row w & 3, tile columns 4 (w >> 2) .. + 3 (4 tiles
+// instead of 8, two decoding warps per sub-partition), the consumers in their own if/else arm (in the prototype the
+// fall-through layout spilled the accumulators at P = 2: C7512) with a warp-uniform consumer warpgroup index
+// (computed from threadIdx.x it makes ptxas serialize the wgmmas, C7518: tests/test_wgmma_gemm_sass.py, and
+// docs/hopper-gemm.md, "Decoding consumers, and P = 2 after all"). Build: NVCC_APPEND_FLAGS=-DEXL3_WGMMA_PWG=2 with its
+// own build_ext -t directory. Default 1 until the prototype's full-tma-p2 and a GPU run of this build say otherwise;
+// the default build's SASS is unchanged by the flag's code (checked against 3a35c8c, every K and codebook).
+#ifndef EXL3_WGMMA_PWG
+#define EXL3_WGMMA_PWG 1
+#endif
 
 namespace exl3 {
 namespace wg {
@@ -125,11 +136,16 @@ constexpr int kStages = 4;      // A/B ring
 constexpr int kRaw = 4;         // raw trellis ring
 constexpr int kAheadT = 3;      // raw trellis copied this many stages ahead of the decode
 static_assert(kAheadT + 1 <= kRaw, "raw ring: stage s + kAheadT reuses the slot of stage s - 1");
-constexpr int kProducers = 128;
+constexpr int kPWG = EXL3_WGMMA_PWG;  // producer warpgroups
+static_assert(kPWG == 1 || kPWG == 2, "EXL3_WGMMA_PWG: 1 or 2 producer warpgroups");
+constexpr int kProducers = 128 * kPWG;
 constexpr int kConsumers = 256;
 constexpr int kThreads = kProducers + kConsumers;
-constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;  // 168
-constexpr int kProdRegs = 96, kConsRegs = 200;
+constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;  // 168 (P = 1), 128 (P = 2)
+// P = 2: 80 / 176 (72 / 184 spilled 28-132 bytes in the stream-k producers, 88 / 168 the consumers; at 80 / 176 the one
+// spill left is one register of the mul1 stream-k producer, 8 bytes; consumers up to R172).
+constexpr int kProdRegs = kPWG == 1 ? 96 : 80, kConsRegs = kPWG == 1 ? 200 : 176;
+constexpr int kTilesPerWarp = 8 / kPWG;  // tile columns a producer warp decodes per stage
 static_assert(kProducers * kProdRegs + kConsumers * kConsRegs <= kThreads * kLaunchRegs, "setmaxnreg pool");
 constexpr int kAStageBytes = kBM * kBK * 2;  // 32 KB
 constexpr int kBStageBytes = kBN * kBK * 2;  // 16 KB
@@ -177,7 +193,7 @@ __device__ __forceinline__ void decode_tile(const uint32_t (&w)[3], int r, uint3
 // least one full phase (ns >= 1) before its epilogue.
 __device__ __forceinline__ void stage_epilogue_params(const GemmParams& p, const GemmShard& sh, uint32_t smem, int col0,
                                                       int pt) {
-  if (p.split > 1) return;
+  if (p.split > 1 || (kPWG > 1 && pt >= kBN)) return;  // one producer thread per column (P = 2: threads 128..255 stage nothing)
   const int col = col0 + pt;
   const float sv = __half2float(*reinterpret_cast<const __half*>(sh.svh + (col - sh.col_offset)));
   const float b = p.bias != nullptr ? p.bias[col] : 0.f;
@@ -192,18 +208,22 @@ __device__ __forceinline__ void producer(const WgmmaParams& wp, const GemmShard&
   constexpr int kTileWords = 4 * K2;
   constexpr int kTileBytes = 4 * kTileWords;  // K2 16-byte chunks
   constexpr int kTStage = t_stage_bytes(K2);
-  constexpr int kRawChunks = 8 * K2;          // 16-byte chunks of one warp's tile row per stage
+  constexpr int kT = kTilesPerWarp;
+  constexpr int kRawChunks = kT * K2;         // 16-byte chunks of one warp's tiles per stage
   constexpr int kRawPer = (kRawChunks + 31) / 32;
   constexpr int kWords = B::kUsesWord2 ? 3 : 2;  // window words a lane reads
-  const int pt = threadIdx.x, tr = pt >> 5, lane = pt & 31, g = lane >> 2, q = lane & 3;
+  // Warp pw decodes tile row tr, tile columns tc0 .. tc0 + kT - 1 (P = 1: all 8; P = 2: the half pw >> 2).
+  const int pt = threadIdx.x, tr = kPWG == 1 ? pt >> 5 : (pt >> 5) & 3, lane = pt & 31, g = lane >> 2, q = lane & 3;
+  const int tc0 = kPWG == 1 ? 0 : (pt >> 7) * kT;
   const int tiles_n = sh.n / 16;
   const uint32_t full0 = smem + kBarOff, empty0 = full0 + 8 * kStages;
 
-  // Raw trellis: warp tr copies tile row tr of the stage (8 tiles, contiguous in global memory: trellis[tk][tn0..+7])
-  // and only this warp reads it, so cp.async.wait_group + __syncwarp orders copy and reads.
-  const uint32_t* t_row_src = sh.trellis + ((int64_t)(4 * s_begin + tr) * tiles_n + tn0) * kTileWords;
+  // Raw trellis: the warp copies its tiles of tile row tr of the stage (contiguous in global memory:
+  // trellis[tk][tn0 + tc0 ..]) into the same place of the raw stage (tile (tr, tc) at (8 tr + tc) tiles), and only this
+  // warp reads them, so cp.async.wait_group + __syncwarp orders copy and reads.
+  const uint32_t* t_row_src = sh.trellis + ((int64_t)(4 * s_begin + tr) * tiles_n + tn0 + tc0) * kTileWords;
   const int64_t t_stage_words = (int64_t)4 * tiles_n * kTileWords;
-  const uint32_t t_dst0 = smem + kTOff + (uint32_t)(tr * 8 * kTileBytes + 16 * lane);
+  const uint32_t t_dst0 = smem + kTOff + (uint32_t)((tr * 8 + tc0) * kTileBytes + 16 * lane);
   // s counts the stages of this call (k offset from s_begin), g0 + s the stages of the block (ring slots and phases):
   // a stream-k block calls the producer once per segment with the ring carried over (g0 > 0), otherwise g0 = 0.
   auto issue_raw = [&](int s) __attribute__((always_inline)) {
@@ -223,11 +243,12 @@ __device__ __forceinline__ void producer(const WgmmaParams& wp, const GemmShard&
   };
 
   const LaneWindow<K2> lw = LaneWindow<K2>::make(lane);
-  const uint32_t t_base = smem + kTOff + (uint32_t)(tr * 8 * kTileBytes);
+  const uint32_t t_base = smem + kTOff + (uint32_t)((tr * 8 + tc0) * kTileBytes);
   const uint32_t w0 = pin_u32(t_base + lw.off[0]), w1 = pin_u32(t_base + lw.off[1]), w2 = pin_u32(t_base + lw.off[2]);
-  // Store addresses of this lane's two k chunks (c = 2 tr + kh), column n & 7 = g, word q.
-  const uint32_t xo0 = pin_u32(smem + kBOff + (uint32_t)(g * 128 + (((2 * tr + 0) ^ g) << 4) + 4 * q));
-  const uint32_t xo1 = pin_u32(smem + kBOff + (uint32_t)(g * 128 + (((2 * tr + 1) ^ g) << 4) + 4 * q));
+  // Store addresses of this lane's two k chunks (c = 2 tr + kh), column n & 7 = g, word q, tile column tc0.
+  const uint32_t bc0 = smem + kBOff + (uint32_t)(tc0 * 16 * 128);
+  const uint32_t xo0 = pin_u32(bc0 + (uint32_t)(g * 128 + (((2 * tr + 0) ^ g) << 4) + 4 * q));
+  const uint32_t xo1 = pin_u32(bc0 + (uint32_t)(g * 128 + (((2 * tr + 1) ^ g) << 4) + 4 * q));
   const DecodeConsts dk = DecodeConsts::make();
 
   auto decode_stage = [&](int s) __attribute__((always_inline)) {
@@ -237,17 +258,17 @@ __device__ __forceinline__ void producer(const WgmmaParams& wp, const GemmShard&
     const uint32_t b0 = xo0 + boff, b1 = xo1 + boff;
     // All window words first: each tile's loads would otherwise sit behind the previous tile's stores (ptxas keeps
     // shared loads after shared stores it cannot disambiguate).
-    uint32_t wv[8][3];
-    static_for<8>([&](auto i_c) {
+    uint32_t wv[kT][3];
+    static_for<kT>([&](auto i_c) {
       constexpr int i = decltype(i_c)::value;
       constexpr int kW = i * kTileBytes;
       wv[i][0] = lds_at<kW>(a0);
       wv[i][1] = lds_at<kW>(a1);
       wv[i][2] = kWords > 2 ? lds_at<kW>(a2) : 0u;
     });
-    static_for<8>([&](auto i_c) {
+    static_for<kT>([&](auto i_c) {
       constexpr int i = decltype(i_c)::value;
-      constexpr int kS = i * 16 * 128;  // tile column i: 16 columns of 128 bytes
+      constexpr int kS = i * 16 * 128;  // tile column tc0 + i: 16 columns of 128 bytes
       uint32_t frag[4];
       decode_tile<CB, K2>(wv[i], lw.r, frag, dk);
       // frag f: k chunk f & 1 (b0 / b1), column half f >> 1 (+8 columns = +1024 bytes).
@@ -470,18 +491,30 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const __grid_co
   // warp-uniform (with the raw threadIdx.x compare it treated the consumer path as divergent and serialized every
   // wgmma, C7518). Producer first with a return, consumer as the fall-through: the prototype's P = 1 layout, the one
   // that drew no wgmma remark and no spills.
+  // EXL3_WGMMA_PWG = 2: producers and consumers as two if/else arms (see the flag), consumer warpgroup index from wgi.
+  // P = 1 keeps the if / return / fall-through text it was measured with (as lambdas, the P = 2 form, ptxas reordered
+  // the mcg and 3inst kernels' code of the default build).
   const int wgi = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
+#if EXL3_WGMMA_PWG == 1
   if (wgi == 0) {
+#else
+  auto produce = [&]() __attribute__((always_inline)) {
+#endif
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProdRegs));
     const GemmShard& sh = p.shard[shard];
     dispatch_k2<CB>(sh.K2, [&](auto k2_c) {
       producer<CB, decltype(k2_c)::value>(wp, sh, shard, smem, s_begin, ns, row0, col0 / 16 - sh.col_offset / 16);
     });
+#if EXL3_WGMMA_PWG == 1
     return;
   }
+#else
+  };
+  auto consume = [&]() __attribute__((always_inline)) {
+#endif
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsRegs));
   const int ct = threadIdx.x - kProducers;  // 0..255
-  const int cw = ct >> 7;                   // consumer warpgroup: block rows [128 cw, 128 cw + 128)
+  const int cw = kPWG == 1 ? ct >> 7 : wgi - kPWG;  // consumer warpgroup: block rows [128 cw, 128 cw + 128)
   const int wl = (ct >> 5) & 3, lane = ct & 31, g = lane >> 2, q = lane & 3;
   float acc0[64], acc1[64];
 #pragma unroll
@@ -499,6 +532,11 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const __grid_co
   const int row = row0 + 128 * cw + 16 * wl + g + 8 * (q & 1);
   if (nm >= 1) store_half(acc0, p, smem + kEpiOff, row, col0, q);
   if (nm >= 2) store_half(acc1, p, smem + kEpiOff, row + 64, col0, q);
+#if EXL3_WGMMA_PWG != 1
+  };
+  if (wgi >= kPWG) consume();
+  else produce();
+#endif
 }
 
 // ------------------------------------------------------------------ stream-k (p.stream_k = G > 0 blocks)
@@ -616,7 +654,13 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_sk_kernel(const __grid
   init_ring(full0, empty0);
 
   const int wgi = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);  // warp-uniform role (see wgmma_gemm_kernel)
+  // P = 1 keeps the if / return / fall-through text it was measured with: as lambdas (the P = 2 form) ptxas emitted
+  // 64-72 more instructions for the mcg and 3inst stream-k kernels of the default build.
+#if EXL3_WGMMA_PWG == 1
   if (wgi == 0) {
+#else
+  auto produce = [&]() __attribute__((always_inline)) {
+#endif
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProdRegs));
     int gs = 0, k2_prev = 0;
     for (int hi = u1; hi > u0;) {
@@ -637,11 +681,16 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_sk_kernel(const __grid
       gs += sg.ns;
       hi -= sg.ns;
     }
+#if EXL3_WGMMA_PWG == 1
     return;
   }
+#else
+  };
+  auto consume = [&]() __attribute__((always_inline)) {
+#endif
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsRegs));
   const int ct = threadIdx.x - kProducers;
-  const int cw = ct >> 7;
+  const int cw = kPWG == 1 ? ct >> 7 : wgi - kPWG;
   const int wl = (ct >> 5) & 3, lane = ct & 31, g = lane >> 2, q = lane & 3;
   const uint32_t epi = smem + kEpiOff;
   float acc0[64], acc1[64];
@@ -697,6 +746,11 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_sk_kernel(const __grid
     if (nm >= 1) store_half(acc0, p, epi, row, sg.col0, q);
     if (nm >= 2) store_half(acc1, p, epi, row + 64, sg.col0, q);
   }
+#if EXL3_WGMMA_PWG != 1
+  };
+  if (wgi >= kPWG) consume();
+  else produce();
+#endif
 }
 
 // ------------------------------------------------------------------ host
