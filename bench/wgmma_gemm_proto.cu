@@ -13,7 +13,7 @@
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //        -Ipackages/exl3-kernels/csrc/include -Xcompiler -idirafter -Xcompiler $V/include \
 //        bench/wgmma_gemm_proto.cu -L$V/lib -l:libcublas.so.13 -Xlinker -rpath=$PWD/$V/lib -o /tmp/wgmma_gemm_proto
-// Add -Xptxas -v (thirty-fifth session): 76 entry functions, 65 of them GEMM instances; no C7518 on any, no spills except in two ldg-tma
+// Add -Xptxas -v (thirty-fifth session): 80 entry functions, 69 of them GEMM instances; no C7518 on any, no spills except in two ldg-tma
 // instances that only the checks run (<mcg, K2 = 5> 36 bytes, <3inst, K2 = 8> 4 bytes; the full <mcg, K2 = 5, P = 1>
 // spill of earlier builds is gone). C7517 (a warpgroup wait injected "to allow use of registers defined by GMMA") on
 // the instances with the two-arm role split (P = 2, 3; decoding consumers): in SASS that wait sits just before the
@@ -31,8 +31,8 @@
 // Run (H100/H200, no arguments):  /tmp/wgmma_gemm_proto
 //   optional: /tmp/wgmma_gemm_proto check   (correctness only: the 12 checks for each P = 1, 2, 3 (full), then the
 //                                            same 12 for P = 1 full-tma, 5 each for P = 2, 3 full-tma, 4 for
-//                                            full-tma-kin, 4 for full-tma-serial and 9 each for cdec-tma,
-//                                            cdec-l2-tma, cdec-half-tma and ldg-tma: 102 checks)
+//                                            full-tma-kin, 4 for full-tma-serial and 11 each for cdec-tma,
+//                                            cdec-l2-tma, cdec-half-tma and ldg-tma: 110 checks)
 //             /tmp/wgmma_gemm_proto time    (timing only, P = 1 only: per shape and m, the variants side by side
 //                                            (us, us per stage and SM, and "net" us per stage = minus the epilogue
 //                                            variant's time) and cuBLAS; JSON lines carry "variant", "us_stage",
@@ -1422,6 +1422,8 @@ int main(int argc, char** argv) {
       all_pass &= check_case<2, 8, 1, V>(200, 1024, 512, 1, 9);
       all_pass &= check_case<1, 5, 1, V>(200, 1024, 512, 1, 11);
       all_pass &= check_case<1, 16, 1, V>(200, 1024, 512, 1, 12);
+      all_pass &= check_case<1, 4, 1, V>(200, 1024, 512, 2, 10);  // K = 2 (one window word per tile)
+      all_pass &= check_case<1, 8, 1, V>(128, 64, 256, 1, 13);    // one stage: ns < L at L = 2, no loop decode
     };
     checks_v(std::integral_constant<int, kCdecTma>{});
     checks_v(std::integral_constant<int, kCdecL2Tma>{});

@@ -203,6 +203,8 @@ def test_wgmma_sass_report_flags_serialized_and_spilling_kernels(capsys):
         assert wsr.main(["-", "--require", "k_(serial|spill)"]) == 1
         sys.stdin = io.StringIO(sass)
         assert wsr.main(["-", "--require", "k_waitall"]) == 1
+        sys.stdin = io.StringIO(sass)
+        assert wsr.main(["-", "--require", "no_such_kernel"]) == 2
     finally:
         sys.stdin = sys_stdin
     assert "k_serial: hgmma 4 serialized 3" in capsys.readouterr().out

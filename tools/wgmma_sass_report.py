@@ -16,7 +16,8 @@ point. This scans `cuobjdump -sass` output of a binary or cubin and reports, per
               budget; docs/hopper-gemm.md, "Decoding consumers, and P = 2 after all")
 
 Usage: python3 tools/wgmma_sass_report.py <binary|cubin> [--filter REGEX] [--require REGEX] [--cuobjdump PATH]
-  --require: exit 1 when a kernel whose (mangled) name matches REGEX has serialized HGMMAs, wait_all groups or spills.
+  --require: exit 1 when a kernel whose (mangled) name matches REGEX has serialized HGMMAs, wait_all groups or spills;
+  exit 2 when REGEX matches no kernel.
 Reads SASS text from stdin when the file argument is '-'.
 """
 from __future__ import annotations
@@ -104,18 +105,23 @@ def main(argv: list[str] | None = None) -> int:
         sass = subprocess.run([a.cuobjdump, "-sass", a.file], check=True, capture_output=True, text=True).stdout
     funcs = split_functions(sass)
     bad = []
+    required = 0
     for name, insns in sorted(funcs.items()):
         if a.filter and not re.search(a.filter, name):
             continue
         r = report(insns)
         flag = ""
+        required += bool(a.require and re.search(a.require, name))
         if a.require and re.search(a.require, name) and (r["serialized"] or r["wait_all"] or r["spills"]):
             bad.append(name)
             flag = "  <- REQUIRED CLEAN"
         print(f"{name}: hgmma {r['hgmma']} serialized {r['serialized']} wait_all {r['wait_all']} spills {r['spills']} "
               f"max_reg {r['max_reg']}{flag}")
+    if a.require and required == 0:
+        print(f"--require {a.require!r} matches no kernel", file=sys.stderr)
+        return 2
     if bad:
-        print(f"{len(bad)} required kernel(s) serialized or spilling", file=sys.stderr)
+        print(f"{len(bad)} required kernel(s) serialized, waiting on their own group, or spilling", file=sys.stderr)
         return 1
     return 0
 

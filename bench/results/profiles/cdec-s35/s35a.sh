@@ -2,7 +2,7 @@
 # Written in the thirty-fifth session (no GPU machine lent in it); NOT RUN. Runs ON the GPU machine, from the
 # repository root. The wgmma prototype (bench/wgmma_gemm_proto.cu), built from the SAME commit as this script (the
 # variant names below must exist in the binary: an unknown name makes time mode exit 2 at once):
-#  1. check mode: 102 checks (new: 9 each for cdec-tma, cdec-l2-tma, cdec-half-tma, ldg-tma; 5 each for P = 2, 3
+#  1. check mode: 110 checks (new: 11 each for cdec-tma, cdec-l2-tma, cdec-half-tma, ldg-tma; 5 each for P = 2, 3
 #     full-tma). Exit code and PASS / FAIL counts in steps.txt.
 #  2. time mode, two rounds, each as separate runs of the binary, so that a pipeline timeout (exit 2) in one of the
 #     variants that have never run loses that run only:
@@ -45,7 +45,7 @@ done
 grep -v '^{' $O/proto_time_base_r1.log $O/proto_time_cdec_r1.log 2>/dev/null | grep -E "time k|full-tma |cdec|ldg|-p[23]|mma-tma |decode-only|serial|half|alu-tma|smem-tma" | head -120
 # Per (shape, m): net us per stage of each variant, every run (the JSON lines; the time lines are printed as the runs go,
 # the JSON lines only at a run's end).
-python3 - $O <<'PY'
+python3 - $O <<'PY' | tee $O/summary.txt
 import json, sys
 from collections import defaultdict
 from pathlib import Path
@@ -69,7 +69,8 @@ for v in cdec-tma full-tma-p2; do
   LD_LIBRARY_PATH=$LP PROTO_NO_EPILOGUE=1 PROTO_VARIANTS=$v PROTO_MS=256 PROTO_SHAPES=4096x11008 timeout 100 \
     ncu --clock-control none $S --import-source no -k regex:wgmma_trellis_gemm --launch-skip 3 --launch-count 1 \
     -o $O/ncu_$v $B time > $O/ncu_$v.log 2>&1
+  rc=$?
   ncu -i $O/ncu_$v.ncu-rep --page details > $O/details_$v.txt 2>&1
   ncu -i $O/ncu_$v.ncu-rep --page source --csv --print-source sass > $O/source_$v.csv 2>&1
-  el "ncu $v rc=$?"
+  el "ncu $v rc=$rc"
 done
