@@ -13,8 +13,8 @@
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //        -Ipackages/exl3-kernels/csrc/include -Xcompiler -idirafter -Xcompiler $V/include \
 //        bench/wgmma_gemm_proto.cu -L$V/lib -l:libcublas.so.13 -Xlinker -rpath=$PWD/$V/lib -o /tmp/wgmma_gemm_proto
-// Add -Xptxas -v (thirty-fifth session): 80 entry functions, 69 of them GEMM instances; no C7518 on any, no spills except in two ldg-tma
-// instances that only the checks run (<mcg, K2 = 5> 36 bytes, <3inst, K2 = 8> 4 bytes; the full <mcg, K2 = 5, P = 1>
+// Add -Xptxas -v (thirty-fifth session): 80 entry functions, 69 of them GEMM instances; no C7518 on any, no spills except in three ldg-tma
+// instances that only the checks run (<mcg, K2 = 5> 36 bytes, <mcg, K2 = 4> 8, <3inst, K2 = 8> 4; the full <mcg, K2 = 5, P = 1>
 // spill of earlier builds is gone). C7517 (a warpgroup wait injected "to allow use of registers defined by GMMA") on
 // the instances with the two-arm role split (P = 2, 3; decoding consumers): in SASS that wait sits just before the
 // BPT.TRAP of the barrier timeout path, a path that only a protocol bug reaches. Launch registers 168 / 128 / 96 for
